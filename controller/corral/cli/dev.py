@@ -1,0 +1,85 @@
+"""`corral dev up|down|status|build`: the local control plane and broker for development and tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from corral.devcluster import files
+from corral.devcluster.errors import DevClusterError
+from corral.devcluster.kubebinary import ensure_binary
+from corral.devcluster.plane import DEFAULT_STATE_DIR, DevPlane
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="Where the plane keeps its data, logs, kubeconfig and env file.",
+)
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.group()
+def dev() -> None:
+    """Local control plane (kube-apiserver + etcd) and Mosquitto broker."""
+
+
+@dev.command()
+@state_dir_option
+def up(state_dir: Path) -> None:
+    """Start the plane, or reuse it if it already runs; build kube-apiserver on first use."""
+    try:
+        plane = DevPlane(state_dir, progress=_progress).up()
+    except DevClusterError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"kube-apiserver {plane.version} at {plane.server}")
+    click.echo(f"MQTT broker at {plane.mqtt_url}")
+    click.echo(f"kubeconfig: {plane.kubeconfig}")
+    click.echo(
+        f"  contexts: {files.ADMIN_CONTEXT} (admin, current), {files.DEV_USER_CONTEXT} (no rights until you bind a role)"
+    )
+    click.echo(f"kubectl matching the server: {plane.kubectl}")
+    click.echo(f"env: {plane.env_file}")
+    click.echo(f"Try: source {plane.env_file} && kubectl get --raw /readyz")
+
+
+@dev.command()
+@state_dir_option
+@click.option("--purge", is_flag=True, help="Also delete the state directory (etcd data, certificates, tokens).")
+def down(state_dir: Path, purge: bool) -> None:
+    """Stop the processes `corral dev up` started here (only those, identified by pid and command line)."""
+    try:
+        for line in DevPlane(state_dir, progress=_progress).down(purge=purge):
+            click.echo(line)
+    except DevClusterError as err:
+        raise click.ClickException(str(err)) from None
+
+
+@dev.command()
+@state_dir_option
+def status(state_dir: Path) -> None:
+    """Show whether the plane runs; exit 1 when any part of it does not."""
+    try:
+        components = DevPlane(state_dir, progress=_progress).status()
+    except DevClusterError as err:
+        raise click.ClickException(str(err)) from None
+    for c in components:
+        pid = f"pid {c.pid}" if c.pid else "-"
+        click.echo(f"{c.name:<15} {pid:<11} {c.endpoint or '-':<28} {c.detail}")
+    if not all(c.running for c in components):
+        raise SystemExit(1)
+
+
+@dev.command()
+def build() -> None:
+    """Build (or find in the cache) corral-kube and print its path."""
+    try:
+        binary = ensure_binary(_progress)
+    except DevClusterError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(binary.path)

@@ -1,0 +1,25 @@
+"""Entry point of the `corral` command: a click group, with one module per command family."""
+
+from __future__ import annotations
+
+import click
+
+from corral import __version__
+from corral.cli.dev import dev
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="corral")
+def cli() -> None:
+    """Corral: let AI agents operate physical devices safely."""
+
+
+cli.add_command(dev)
+
+
+def main() -> None:
+    cli(prog_name="corral")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

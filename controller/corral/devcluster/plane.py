@@ -1,0 +1,334 @@
+"""Starting, finding and stopping the local plane: kube-apiserver (+etcd) and Mosquitto.
+
+Everything lives in one state directory (`.corral/dev` for `corral dev up`, a
+temporary one for a test session): certificates, etcd data, tokens, logs, the
+kubeconfig, the env file and `plane.json`, which records the processes we
+started. `up` is idempotent: what runs and is ours is reused, what is missing
+is started. `down` stops only processes recorded as ours.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.devcluster import files
+from corral.devcluster.errors import DevClusterError
+from corral.devcluster.kubebinary import KubeBinary, ensure_binary
+from corral.devcluster.processes import (
+    ProcessRecord,
+    accepts_connections,
+    free_port,
+    is_ours,
+    port_is_free,
+    start_detached,
+    stop,
+)
+
+Progress = Callable[[str], None]
+
+APISERVER = "kube-apiserver"
+BROKER = "mosquitto"
+READY_TIMEOUT_S = 180.0
+DEFAULT_STATE_DIR = Path(".corral") / "dev"
+
+
+@dataclass(frozen=True)
+class Plane:
+    """How to reach a running plane."""
+
+    state_dir: Path
+    server: str
+    mqtt_url: str
+    kubeconfig: Path
+    env_file: Path
+    ca_file: Path
+    admin_token: str
+    user_token: str
+    kubectl: Path
+    version: str
+
+    @property
+    def mqtt_port(self) -> int:
+        return int(self.mqtt_url.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    running: bool
+    pid: int | None
+    endpoint: str | None
+    detail: str
+
+
+class DevPlane:
+    def __init__(self, state_dir: Path = DEFAULT_STATE_DIR, progress: Progress = print) -> None:
+        self.state_dir = state_dir.resolve()
+        self.progress = progress
+
+    # Paths -------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def env_path(self) -> Path:
+        return self.state_dir / "env"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.state_dir / "plane.json"
+
+    @property
+    def _kube_dir(self) -> Path:
+        return self.state_dir / "kube"
+
+    @property
+    def _ca_file(self) -> Path:
+        return self._kube_dir / "pki" / "ca.crt"
+
+    def _log(self, component: str) -> Path:
+        return self.state_dir / "logs" / f"{component}.log"
+
+    # Commands ----------------------------------------------------------------------------
+
+    def up(self) -> Plane:
+        binary = ensure_binary(self.progress)
+        mosquitto = _find_mosquitto()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        state = self._load_state()
+        tokens = state.setdefault("tokens", {})
+        tokens.setdefault("admin", secrets.token_urlsafe(32))
+        tokens.setdefault("user", secrets.token_urlsafe(32))
+        _write_private(self.state_dir / "tokens.csv", files.token_auth_csv(tokens["admin"], tokens["user"]))
+
+        api_port = self._ensure_running(
+            state,
+            APISERVER,
+            lambda port: [
+                str(binary.path),
+                "serve",
+                f"--state-dir={self._kube_dir}",
+                f"--port={port}",
+                "--",
+                "--authorization-mode=RBAC",
+                f"--token-auth-file={self.state_dir / 'tokens.csv'}",
+                "--profiling=false",
+            ],
+        )
+        broker_conf = self.state_dir / "mosquitto.conf"
+
+        def broker_argv(port: int) -> list[str]:
+            broker_conf.write_text(files.mosquitto_conf(port))
+            return [mosquitto, "-c", str(broker_conf)]
+
+        mqtt_port = self._ensure_running(state, BROKER, broker_argv)
+        state["version"] = binary.version
+        self._save_state(state)
+
+        self._wait_for_broker(state, mqtt_port)
+        plane = self._describe(state, binary, api_port, mqtt_port)
+        self._wait_for_apiserver(state, plane)
+        _write_private(self.kubeconfig_path, files.kubeconfig(
+            plane.server, self._ca_file.read_bytes(), plane.admin_token, plane.user_token
+        ))
+        self.env_path.write_text(files.env_file(self.kubeconfig_path, plane.mqtt_url, binary.kubectl.parent))
+        return plane
+
+    def running(self) -> Plane | None:
+        """The plane in this state directory if both processes are ours and the API answers."""
+        state = self._load_state()
+        records = {name: self._record(state, name) for name in (APISERVER, BROKER)}
+        if not all(r is not None and is_ours(r) for r in records.values()):
+            return None
+        if not self.kubeconfig_path.exists():
+            return None
+        binary_path = Path(records[APISERVER].argv[0])  # type: ignore[union-attr]
+        kubectl = binary_path.parent / "kubectl"
+        binary = KubeBinary(path=binary_path, kubectl=kubectl, version=state.get("version", "unknown"))
+        plane = self._describe(state, binary, state[APISERVER]["port"], state[BROKER]["port"])
+        if _get(plane.server, plane.ca_file, plane.admin_token, "/readyz") != "ok":
+            return None
+        return plane
+
+    def status(self) -> list[ComponentStatus]:
+        state = self._load_state()
+        result = []
+        for name in (APISERVER, BROKER):
+            record = self._record(state, name)
+            port = state.get(name, {}).get("port")
+            alive = record is not None and is_ours(record)
+            if name == APISERVER:
+                endpoint = f"https://127.0.0.1:{port}" if port else None
+            else:
+                endpoint = f"mqtt://127.0.0.1:{port}" if port else None
+            if not alive:
+                detail = "not running" if record is None else f"not running (last pid {record.pid})"
+            elif name == APISERVER:
+                detail = self._apiserver_detail(state, port)
+            else:
+                detail = "accepting connections" if accepts_connections(port) else "not accepting connections yet"
+            result.append(ComponentStatus(name, alive, record.pid if alive and record else None, endpoint, detail))
+        return result
+
+    def down(self, purge: bool = False) -> list[str]:
+        """Stop the processes this state directory started; with purge, delete the directory too."""
+        state = self._load_state()
+        said = []
+        for name in (BROKER, APISERVER):
+            record = self._record(state, name)
+            if record is None:
+                said.append(f"{name}: was not started here")
+            elif stop(record):
+                said.append(f"{name}: stopped (pid {record.pid})")
+            else:
+                said.append(f"{name}: was not running (pid {record.pid} is gone or belongs to another program)")
+            state.get(name, {}).pop("process", None)
+        if purge:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            said.append(f"removed {self.state_dir}")
+        elif state:
+            self._save_state(state)
+        return said
+
+    # Internals ---------------------------------------------------------------------------
+
+    def _ensure_running(self, state: dict, name: str, argv_for: Callable[[int], list[str]]) -> int:
+        entry = state.setdefault(name, {})
+        record = self._record(state, name)
+        if record is not None and is_ours(record):
+            self.progress(f"{name}: already running (pid {record.pid}), reusing it")
+            return int(entry["port"])
+        port = entry.get("port")
+        if not isinstance(port, int) or not port_is_free(port):
+            port = free_port()
+        argv = argv_for(port)
+        record = start_detached(argv, self._log(name))
+        entry["port"] = port
+        entry["process"] = record.to_json()
+        self.progress(f"{name}: started (pid {record.pid}, port {port}, log {self._log(name)})")
+        return port
+
+    def _describe(self, state: dict, binary: KubeBinary, api_port: int, mqtt_port: int) -> Plane:
+        return Plane(
+            state_dir=self.state_dir,
+            server=f"https://127.0.0.1:{api_port}",
+            mqtt_url=f"mqtt://127.0.0.1:{mqtt_port}",
+            kubeconfig=self.kubeconfig_path,
+            env_file=self.env_path,
+            ca_file=self._ca_file,
+            admin_token=state["tokens"]["admin"],
+            user_token=state["tokens"]["user"],
+            kubectl=binary.kubectl,
+            version=binary.version,
+        )
+
+    def _wait_for_apiserver(self, state: dict, plane: Plane) -> None:
+        record = self._record(state, APISERVER)
+        started = time.monotonic()
+        last_said = started
+        while True:
+            if record is not None and not is_ours(record):
+                raise DevClusterError(f"kube-apiserver exited during start-up:\n{self._tail(APISERVER)}")
+            if _get(plane.server, plane.ca_file, plane.admin_token, "/readyz") == "ok":
+                self.progress(f"kube-apiserver: ready after {time.monotonic() - started:.1f}s")
+                return
+            now = time.monotonic()
+            if now - started > READY_TIMEOUT_S:
+                raise DevClusterError(
+                    f"kube-apiserver was not ready after {READY_TIMEOUT_S:.0f}s; "
+                    f"its log ({self._log(APISERVER)}) ends with:\n{self._tail(APISERVER)}"
+                )
+            if now - last_said >= 10:
+                self.progress(f"kube-apiserver: waiting for /readyz ({now - started:.0f}s)")
+                last_said = now
+            time.sleep(0.25)
+
+    def _wait_for_broker(self, state: dict, port: int) -> None:
+        record = self._record(state, BROKER)
+        deadline = time.monotonic() + 20
+        while not accepts_connections(port):
+            if record is not None and not is_ours(record):
+                raise DevClusterError(f"mosquitto exited during start-up:\n{self._tail(BROKER)}")
+            if time.monotonic() > deadline:
+                raise DevClusterError(f"mosquitto did not accept connections on port {port} within 20s")
+            time.sleep(0.1)
+
+    def _apiserver_detail(self, state: dict, port: int) -> str:
+        server, token = f"https://127.0.0.1:{port}", state.get("tokens", {}).get("admin", "")
+        ready = _get(server, self._ca_file, token, "/readyz")
+        if ready is None:
+            return "running, not answering yet"
+        try:
+            version = json.loads(_get(server, self._ca_file, token, "/version") or "{}").get("gitVersion", "?")
+        except ValueError:
+            version = "?"
+        return f"{version}, /readyz {ready}"
+
+    def _record(self, state: dict, name: str) -> ProcessRecord | None:
+        raw = state.get(name, {}).get("process")
+        if raw is None:
+            return None
+        try:
+            return ProcessRecord.from_json(raw)
+        except ValueError:
+            return None
+
+    def _tail(self, component: str, lines: int = 25) -> str:
+        try:
+            return "\n".join(self._log(component).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _load_state(self) -> dict:
+        try:
+            data = json.loads(self._state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as err:
+            raise DevClusterError(f"{self._state_file} is not valid JSON ({err}); remove it and run again") from None
+        return data if isinstance(data, dict) else {}
+
+    def _save_state(self, state: dict) -> None:
+        _write_private(self._state_file, json.dumps(state, indent=2) + "\n")
+
+
+def _find_mosquitto() -> str:
+    candidate = os.environ.get("CORRAL_MOSQUITTO") or shutil.which("mosquitto")
+    if candidate is None and os.access("/usr/sbin/mosquitto", os.X_OK):
+        candidate = "/usr/sbin/mosquitto"
+    if candidate is None:
+        raise DevClusterError(
+            "Mosquitto (the MQTT broker) was not found; install it with `apt-get install mosquitto` "
+            "or point CORRAL_MOSQUITTO at its binary"
+        )
+    return candidate
+
+
+def _get(server: str, ca_file: Path, token: str, path: str) -> str | None:
+    """GET a path on the API server; None when it does not answer 200."""
+    request = urllib.request.Request(server + path, headers={"Authorization": f"Bearer {token}"})
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file))
+        with urllib.request.urlopen(request, context=context, timeout=5) as response:
+            return response.read().decode()
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return None
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)

@@ -1,0 +1,115 @@
+"""Background processes that outlive the command that started them, and stopping exactly those.
+
+`corral dev up` returns while the plane keeps running, so each process is
+started in its own session and recorded with its pid *and* its command line.
+A pid alone is not an identity: after a reboot or a crash the number may
+belong to somebody else's process, and `corral dev down` must never signal
+that. A record counts as ours only while /proc shows the same command line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    pid: int
+    argv: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ProcessRecord:
+        pid, argv = data.get("pid"), data.get("argv")
+        if not isinstance(pid, int) or not isinstance(argv, list):
+            raise ValueError(f"not a process record: {data!r}")
+        return cls(pid=pid, argv=[str(a) for a in argv])
+
+
+def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None) -> ProcessRecord:
+    """Start argv in a new session with stdout and stderr appended to log_file."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return ProcessRecord(pid=proc.pid, argv=argv)
+
+
+def is_ours(record: ProcessRecord) -> bool:
+    """True while the pid is alive and still runs the recorded command line."""
+    try:
+        raw = Path(f"/proc/{record.pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    # A zombie's cmdline reads empty, so an exited-but-unreaped process is not "ours" either.
+    return raw.rstrip(b"\0").split(b"\0") == [a.encode() for a in record.argv]
+
+
+def stop(record: ProcessRecord, grace_s: float = 20.0) -> bool:
+    """SIGTERM, then SIGKILL after grace_s. Returns False when the process was not ours to stop."""
+    if not is_ours(record):
+        return False
+    try:
+        os.kill(record.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not is_ours(record):
+            _reap(record.pid)
+            return True
+        time.sleep(0.1)
+    try:
+        os.kill(record.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(record.pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    # Only possible when we are the parent (tests that start and stop in one
+    # process); otherwise init reaps it.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def accepts_connections(port: int, timeout_s: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,106 @@
+"""Session fixtures: one real control plane and one real broker per test run, a namespace per test.
+
+If `corral dev up` already runs in this checkout (.corral/dev), the tests reuse
+it; otherwise they start their own plane in a temporary directory and remove
+it afterwards. They never read $KUBECONFIG, so a test run cannot touch any
+other cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from corral.devcluster.plane import DevPlane, Plane
+from tests.harness import api_client
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PLANE_SUMMARY = pytest.StashKey[list[str]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", help="also run long fuzz and soak campaigns")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="long campaign: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def _say(config: pytest.Config):  # type: ignore[no-untyped-def]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"[plane] {line}")
+
+    return say
+
+
+@pytest.fixture(scope="session")
+def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    say = _say(request.config)
+    dev_dir = Path(os.environ.get("CORRAL_DEV_STATE_DIR", REPO_ROOT / ".corral" / "dev"))
+    running = DevPlane(dev_dir, progress=say).running()
+    if running is not None:
+        say(f"reusing the plane of `corral dev up` in {dev_dir}")
+        request.config.stash[PLANE_SUMMARY] = _describe(running)
+        yield running
+        return
+    own = DevPlane(tmp_path_factory.mktemp("plane"), progress=say)
+    started = own.up()
+    request.config.stash[PLANE_SUMMARY] = _describe(started)
+    try:
+        yield started
+    finally:
+        for line in own.down(purge=True):
+            say(line)
+
+
+@pytest.fixture(scope="session")
+def kube(plane: Plane) -> kubernetes.client.ApiClient:
+    """An admin client (system:masters) for the plane."""
+    return api_client(plane)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: kubernetes.client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test.
+
+    The plane runs no namespace controller, so a deleted namespace stays
+    Terminating with its objects; unique names keep tests apart regardless.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"t-{slug}-{uuid.uuid4().hex[:6]}".replace("--", "-")
+    core = kubernetes.client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name, "labels": {"corral.dev/test": "true"}}})
+    yield name
+    core.delete_namespace(name)
+
+
+def _describe(plane: Plane) -> list[str]:
+    """What the run's log should show about the plane it tested against (read while it runs)."""
+    version = kubernetes.client.VersionApi(api_client(plane)).get_code()
+    return [
+        f"kube-apiserver /version: gitVersion={version.git_version} major={version.major} minor={version.minor} "
+        f"goVersion={version.go_version} platform={version.platform} at {plane.server}",
+        f"MQTT broker: {plane.mqtt_url}",
+    ]
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    lines = config.stash.get(PLANE_SUMMARY, None)
+    if lines:
+        terminalreporter.write_sep("-", "local plane")
+        for line in lines:
+            terminalreporter.write_line(line)

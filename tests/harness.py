@@ -1,0 +1,94 @@
+"""Helpers for tests that talk to the real local plane: clients per identity, apply, wait.
+
+Everything here goes to the real kube-apiserver and the real broker that the
+session fixtures start; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import kubernetes
+import yaml
+from kubernetes.dynamic import DynamicClient
+
+from corral.devcluster.plane import Plane
+
+T = TypeVar("T")
+
+FIELD_MANAGER = "corral-tests"
+
+
+def api_client(plane: Plane, token: str | None = None, impersonate: str | None = None) -> kubernetes.client.ApiClient:
+    """A client for the plane: as the admin by default, or with another bearer token,
+    or as the admin impersonating another user (Impersonate-User header)."""
+    config = kubernetes.client.Configuration()
+    config.host = plane.server
+    config.ssl_ca_cert = str(plane.ca_file)
+    config.api_key = {"authorization": token or plane.admin_token}
+    config.api_key_prefix = {"authorization": "Bearer"}
+    client = kubernetes.client.ApiClient(config)
+    if impersonate is not None:
+        client.set_default_header("Impersonate-User", impersonate)
+    return client
+
+
+def service_account_token(client: kubernetes.client.ApiClient, namespace: str, name: str) -> str:
+    """Create the ServiceAccount if needed and mint a short-lived token for it (TokenRequest).
+
+    The local plane runs no controllers, so no ServiceAccount exists until a test makes one.
+    """
+    core = kubernetes.client.CoreV1Api(client)
+    try:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    except kubernetes.client.ApiException as err:
+        if err.status != 409:
+            raise
+    request = {"spec": {"audiences": [], "expirationSeconds": 3600}}
+    response = core.create_namespaced_service_account_token(name, namespace, request)
+    return str(response.status.token)
+
+
+def apply_yaml(
+    client: kubernetes.client.ApiClient, text: str, namespace: str | None = None, field_manager: str = FIELD_MANAGER
+) -> list[object]:
+    """Server-side apply every document in text, like `kubectl apply --server-side`."""
+    dynamic = DynamicClient(client)
+    applied = []
+    for doc in yaml.safe_load_all(text):
+        if not doc:
+            continue
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        ns = doc.get("metadata", {}).get("namespace") or (namespace if resource.namespaced else None)
+        applied.append(
+            resource.server_side_apply(body=doc, name=doc["metadata"]["name"], namespace=ns, field_manager=field_manager)
+        )
+    return applied
+
+
+def wait_for(probe: Callable[[], T], what: str, timeout_s: float = 10.0, interval_s: float = 0.1) -> T:
+    """Call probe until it returns something truthy; fail saying what did not happen and the last answer."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while True:
+        try:
+            last = probe()
+        except Exception as err:  # the probe's failures are the thing being waited out
+            last = err
+        else:
+            if last:
+                return last  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last answer: {last!r}")
+        time.sleep(interval_s)
+
+
+def kubectl(plane: Plane, *args: str, context: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the kubectl built with the plane against its kubeconfig."""
+    command = [str(plane.kubectl), f"--kubeconfig={plane.kubeconfig}"]
+    if context:
+        command.append(f"--context={context}")
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=check, timeout=60)

@@ -1,0 +1,83 @@
+"""The broker is a real Mosquitto: publish/subscribe, retained messages and Last Will, as devices will use them."""
+
+from __future__ import annotations
+
+import queue
+import uuid
+from collections.abc import Iterator
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from corral.devcluster.plane import Plane
+
+pytestmark = pytest.mark.integration
+
+
+def _connected(plane: Plane, client_id: str, will: tuple[str, bytes] | None = None) -> mqtt.Client:
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    if will is not None:
+        client.will_set(will[0], will[1], qos=1, retain=True)
+    client.connect("127.0.0.1", plane.mqtt_port, keepalive=5)
+    client.loop_start()
+    return client
+
+
+def _inbox(client: mqtt.Client, topic: str) -> queue.Queue[mqtt.MQTTMessage]:
+    received: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+    subscribed = queue.Queue[int]()
+    client.on_message = lambda _c, _u, message: received.put(message)
+    client.on_subscribe = lambda _c, _u, mid, _codes, _p: subscribed.put(mid)
+    _, mid = client.subscribe(topic, qos=1)
+    assert subscribed.get(timeout=5) == mid
+    return received
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    yield f"test-{uuid.uuid4().hex[:8]}"
+
+
+def test_publish_subscribe_round_trip(plane: Plane, prefix: str) -> None:
+    subscriber = _connected(plane, f"{prefix}-sub")
+    publisher = _connected(plane, f"{prefix}-pub")
+    try:
+        inbox = _inbox(subscriber, f"{prefix}/+/cmd")
+        publisher.publish(f"{prefix}/dev1/cmd", b'{"id": "c-1", "cmd": "set_level"}', qos=1).wait_for_publish(5)
+        message = inbox.get(timeout=5)
+        assert message.topic == f"{prefix}/dev1/cmd"
+        assert message.payload == b'{"id": "c-1", "cmd": "set_level"}'
+    finally:
+        for c in (subscriber, publisher):
+            c.loop_stop()
+            c.disconnect()
+
+
+def test_retained_message_reaches_a_late_subscriber(plane: Plane, prefix: str) -> None:
+    device = _connected(plane, f"{prefix}-device")
+    device.publish(f"{prefix}/dev1/info", b'{"device_id": "dev1"}', qos=1, retain=True).wait_for_publish(5)
+    device.loop_stop()
+    device.disconnect()
+
+    late = _connected(plane, f"{prefix}-late")
+    try:
+        message = _inbox(late, f"{prefix}/+/info").get(timeout=5)
+        assert message.retain and message.payload == b'{"device_id": "dev1"}'
+    finally:
+        late.loop_stop()
+        late.disconnect()
+
+
+def test_last_will_is_published_when_a_device_vanishes(plane: Plane, prefix: str) -> None:
+    watcher = _connected(plane, f"{prefix}-watcher")
+    device = _connected(plane, f"{prefix}-device", will=(f"{prefix}/dev1/status", b"offline"))
+    try:
+        inbox = _inbox(watcher, f"{prefix}/dev1/status")
+        # Drop the TCP connection without DISCONNECT, as a device losing power would.
+        device.loop_stop()
+        device.socket().close()
+        message = inbox.get(timeout=15)
+        assert message.payload == b"offline"
+    finally:
+        watcher.loop_stop()
+        watcher.disconnect()

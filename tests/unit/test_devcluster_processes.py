@@ -1,0 +1,43 @@
+"""Process identity: `corral dev down` may only signal what `corral dev up` started."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from corral.devcluster.processes import ProcessRecord, is_ours, stop
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "30"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_record_is_ours_only_while_the_same_command_runs(sleeper: subprocess.Popen[bytes]) -> None:
+    assert is_ours(ProcessRecord(sleeper.pid, ["sleep", "30"]))
+    assert not is_ours(ProcessRecord(sleeper.pid, ["sleep", "31"]))
+    sleeper.kill()
+    sleeper.wait()
+    assert not is_ours(ProcessRecord(sleeper.pid, ["sleep", "30"]))
+
+
+def test_stop_refuses_a_pid_that_runs_another_command(sleeper: subprocess.Popen[bytes]) -> None:
+    assert stop(ProcessRecord(sleeper.pid, ["corral-kube", "serve"])) is False
+    assert sleeper.poll() is None
+
+
+def test_stop_terminates_our_process(sleeper: subprocess.Popen[bytes]) -> None:
+    assert stop(ProcessRecord(sleeper.pid, ["sleep", "30"]), grace_s=5) is True
+    assert sleeper.wait(timeout=5) == -15  # SIGTERM was enough
+
+
+def test_record_round_trips_through_json_and_rejects_garbage() -> None:
+    record = ProcessRecord(42, ["mosquitto", "-c", "x.conf"])
+    assert ProcessRecord.from_json(record.to_json()) == record
+    with pytest.raises(ValueError):
+        ProcessRecord.from_json({"pid": "42", "argv": "mosquitto"})
