@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -32,8 +33,10 @@ def test_stop_refuses_a_pid_that_runs_another_command(sleeper: subprocess.Popen[
 
 
 def test_stop_terminates_our_process(sleeper: subprocess.Popen[bytes]) -> None:
-    assert stop(ProcessRecord(sleeper.pid, ["sleep", "30"]), grace_s=5) is True
-    assert sleeper.wait(timeout=5) == -15  # SIGTERM was enough
+    record = ProcessRecord(sleeper.pid, ["sleep", "30"])
+    assert stop(record, grace_s=5) is True
+    assert not is_ours(record)
+    assert not Path(f"/proc/{sleeper.pid}").exists()  # exited and reaped
 
 
 def test_record_round_trips_through_json_and_rejects_garbage() -> None:

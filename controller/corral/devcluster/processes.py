@@ -52,12 +52,22 @@ def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None) -> 
 
 def is_ours(record: ProcessRecord) -> bool:
     """True while the pid is alive and still runs the recorded command line."""
-    try:
-        raw = Path(f"/proc/{record.pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    # A zombie's cmdline reads empty, so an exited-but-unreaped process is not "ours" either.
-    return raw.rstrip(b"\0").split(b"\0") == [a.encode() for a in record.argv]
+    expected = [a.encode() for a in record.argv]
+    for _ in range(50):
+        try:
+            raw = Path(f"/proc/{record.pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{record.pid}/stat").read_text()
+        except OSError:
+            return False
+        # The state letter follows the command name, which is in parentheses and may hold spaces.
+        if stat[stat.rindex(")") + 2] in "ZX":
+            return False  # exited, not yet reaped
+        if raw:
+            return raw.rstrip(b"\0").split(b"\0") == expected
+        # A live process reads an empty command line for a moment while it is
+        # exec'ing (right after we started it); look again.
+        time.sleep(0.01)
+    return False
 
 
 def stop(record: ProcessRecord, grace_s: float = 20.0) -> bool:

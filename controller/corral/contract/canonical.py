@@ -1,0 +1,39 @@
+"""Canonical JSON and content hashes, so that equal contracts and equal parameters hash equally.
+
+Canonical form: the validated model dumped to JSON types, keys sorted, no
+insignificant white space, UTF-8. Hashes are SHA-256, hex.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from corral.contract.model import Contract
+
+# Fields that differ between identical devices (or describe the announcement,
+# not the device type) and so stay out of the Capability's content address.
+_PER_DEVICE_FIELDS = {"device_id", "signature"}
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def sha256_hex(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def capability_content(contract: Contract) -> dict[str, Any]:
+    """The part of a contract that identical devices share: what a Capability stores."""
+    return contract.model_dump(mode="json", exclude=_PER_DEVICE_FIELDS, exclude_none=True)
+
+
+def capability_hash(contract: Contract) -> str:
+    return sha256_hex(capability_content(contract))
+
+
+def signed_bytes(contract: Contract) -> bytes:
+    """What a contract signature covers: the whole contract, device id included, signature excluded."""
+    return canonical_json(contract.model_dump(mode="json", exclude={"signature"}, exclude_none=True))

@@ -1,0 +1,153 @@
+"""The device contract: what a device says it is and what it can do, as announced on `iot/{id}/info`.
+
+A contract is a build-time constant of the firmware; the controller accepts it
+only through the allow-list in `allowlist.py`. These models are the single
+description of its shape: the controller validates `info` payloads with them,
+the Capability resource embeds them, and the firmware catalog is checked
+against them.
+
+Wire names are snake_case, as the firmware writes them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from corral.contract.allowlist import ACTION_TYPES, ActionKind, ValueType
+
+Risk = Literal["low", "medium", "high", "critical"]
+ActuatorLevel = Literal["write", "config"]
+
+IDENTIFIER_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
+DEVICE_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _no_control_characters(text: str) -> str:
+    if _CONTROL.search(text):
+        raise ValueError("must not contain control characters")
+    return text
+
+
+Identifier = Annotated[str, Field(pattern=IDENTIFIER_PATTERN, description="lower-case identifier, 1-32 characters")]
+DeviceId = Annotated[
+    str, Field(pattern=DEVICE_ID_PATTERN, description="DNS label: lower-case letters, digits and '-', 1-63 characters")
+]
+Label = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_no_control_characters)]
+Description = Annotated[str, Field(max_length=512), AfterValidator(_no_control_characters)]
+Unit = Annotated[str, Field(max_length=16), AfterValidator(_no_control_characters)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Range(_Frozen):
+    """Closed interval of allowed values."""
+
+    min: float = Field(description="Smallest allowed value.")
+    max: float = Field(description="Largest allowed value.")
+
+    @model_validator(mode="after")
+    def _ordered_and_finite(self) -> Range:
+        if not (math.isfinite(self.min) and math.isfinite(self.max)):
+            raise ValueError("range bounds must be finite numbers")
+        if self.min > self.max:
+            raise ValueError(f"range min {self.min} is greater than max {self.max}")
+        return self
+
+
+class Sensor(_Frozen):
+    """One measured quantity, reported on the telemetry topic."""
+
+    metric: Identifier = Field(description="Name of the measured quantity, e.g. temperature.")
+    unit: Unit = Field(default="", description="Unit of the value, e.g. °C, %, g.")
+    range: Range | None = Field(default=None, description="Physically plausible values; outside them a reading is malformed.")
+    description: Description = Field(default="", description="What the sensor measures, for people and agents.")
+
+
+class Actuator(_Frozen):
+    """One thing the device can be told to do, always as a target state."""
+
+    id: Identifier = Field(description="Actuator id, unique within the device; commands name it.")
+    name: Label = Field(description="Human-readable name.")
+    type: ValueType = Field(description="Type of the target value.")
+    action: ActionKind = Field(description="The one action kind that sets this actuator (from the allow-list).")
+    values: list[Label] | None = Field(
+        default=None, max_length=64, description="Allowed values, for type enum (1-64 distinct labels)."
+    )
+    range: Range | None = Field(default=None, description="Allowed values, for types number and counter.")
+    step: float | None = Field(default=None, gt=0, description="Granularity of a number: values are min + k*step.")
+    unit: Unit = Field(default="", description="Unit of a number, e.g. %, °C.")
+    risk: Risk = Field(description="How much harm a wrong value can do; policy maps risk to required approvals.")
+    level: ActuatorLevel = Field(description="Permission level needed to act: the RBAC verb on the Device.")
+    description: Description = Field(default="", description="What the actuator does, for people and agents.")
+
+    @model_validator(mode="after")
+    def _shape_fits_type(self) -> Actuator:
+        allowed = ACTION_TYPES[self.action]
+        if self.type not in allowed:
+            raise ValueError(
+                f"actuator {self.id!r}: action {self.action!r} takes type {' or '.join(sorted(allowed))}, not {self.type!r}"
+            )
+        if self.type == "enum":
+            if not self.values:
+                raise ValueError(f"actuator {self.id!r}: type enum needs a non-empty 'values' list")
+            if len(set(self.values)) != len(self.values):
+                raise ValueError(f"actuator {self.id!r}: 'values' has duplicates")
+        elif self.values is not None:
+            raise ValueError(f"actuator {self.id!r}: 'values' is only for type enum")
+        if self.type in ("number", "counter"):
+            if self.range is None:
+                raise ValueError(f"actuator {self.id!r}: type {self.type} needs a 'range'")
+        elif self.range is not None:
+            raise ValueError(f"actuator {self.id!r}: 'range' is only for types number and counter")
+        if self.step is not None and self.type != "number":
+            raise ValueError(f"actuator {self.id!r}: 'step' is only for type number")
+        if self.type == "counter" and self.range is not None and self.range.min < 0:
+            raise ValueError(f"actuator {self.id!r}: a counter cannot go below 0")
+        return self
+
+
+class EventSpec(_Frozen):
+    """A discrete, debounced event the device publishes on its event topic."""
+
+    name: Identifier = Field(description="Event name.")
+    values: list[Label] = Field(min_length=1, max_length=16, description="Values the event can carry.")
+    description: Description = Field(default="", description="What the event means, for people and agents.")
+
+
+class Contract(_Frozen):
+    """A device's contract, as its firmware announces it (retained on `iot/{id}/info`)."""
+
+    device_id: DeviceId = Field(description="The device's id, as in its topics.")
+    name: Label = Field(description="Product name of the device type.")
+    model: Label = Field(description="Model identifier.")
+    fw: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]{1,32})?$")] = Field(
+        description="Firmware version (semantic version)."
+    )
+    sensors: list[Sensor] = Field(default_factory=list, max_length=64, description="Measured quantities.")
+    actuators: list[Actuator] = Field(default_factory=list, max_length=64, description="Things it can be told to do.")
+    events: list[EventSpec] = Field(default_factory=list, max_length=32, description="Discrete events it publishes.")
+    signature: str | None = Field(
+        default=None, max_length=256, description="Base64 Ed25519 signature over the canonical contract without it."
+    )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Contract:
+        for what, names in (
+            ("actuator id", [a.id for a in self.actuators]),
+            ("sensor metric", [s.metric for s in self.sensors]),
+            ("event name", [e.name for e in self.events]),
+        ):
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"duplicate {what}: {', '.join(duplicates)}")
+        return self
+
+    def actuator(self, actuator_id: str) -> Actuator | None:
+        return next((a for a in self.actuators if a.id == actuator_id), None)
