@@ -17,8 +17,10 @@ from pathlib import Path
 import kubernetes
 import pytest
 
+from corral.api import KINDS
+from corral.api.base import API_VERSION, GROUP, VERSION
 from corral.devcluster.plane import DevPlane, Plane
-from tests.harness import api_client
+from tests.harness import api_client, apply_yaml, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLANE_SUMMARY = pytest.StashKey[list[str]]()
@@ -71,6 +73,46 @@ def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 def kube(plane: Plane) -> kubernetes.client.ApiClient:
     """An admin client (system:masters) for the plane."""
     return api_client(plane)
+
+
+@pytest.fixture(scope="session")
+def corral_api(kube: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
+    """The plane with Corral's generated CRDs and admission policies installed (from crds/, as users install them)."""
+    for path in sorted((REPO_ROOT / "crds").glob("*.yaml")):
+        # Forced, like an installer: the files are the authority over these objects.
+        apply_yaml(kube, path.read_text(), field_manager="corral-install", force=True)
+    extensions = kubernetes.client.ApiextensionsV1Api(kube)
+    for kind in KINDS:
+        wait_for(
+            lambda: any(
+                c.type == "Established" and c.status == "True"
+                for c in extensions.read_custom_resource_definition(f"{kind.plural}.{GROUP}").status.conditions or []
+            ),
+            f"CRD {kind.plural}.{GROUP} to be established",
+            timeout_s=30,
+        )
+    wait_for(lambda: _policies_enforced(kube), "the admission policies to take effect", timeout_s=30)
+    return kube
+
+
+def _policies_enforced(kube: kubernetes.client.ApiClient) -> bool:
+    """True once a forged requester is refused (policies take a moment to be loaded after creation)."""
+    forged = {
+        "apiVersion": API_VERSION,
+        "kind": "Intent",
+        "metadata": {"name": "policy-probe"},
+        "spec": {
+            "device": "probe", "actuator": "probe", "action": "set_state", "params": {"value": True},
+            "reason": "probe", "requester": "somebody-else",
+        },
+    }
+    try:
+        kubernetes.client.CustomObjectsApi(kube).create_namespaced_custom_object(
+            GROUP, VERSION, "default", "intents", forged, dry_run="All"
+        )
+    except kubernetes.client.ApiException as err:
+        return err.status == 403 and "corral-intent-requester" in err.body
+    return False
 
 
 @pytest.fixture

@@ -22,9 +22,11 @@ T = TypeVar("T")
 FIELD_MANAGER = "corral-tests"
 
 
-def api_client(plane: Plane, token: str | None = None, impersonate: str | None = None) -> kubernetes.client.ApiClient:
+def api_client(
+    plane: Plane, token: str | None = None, impersonate: str | None = None, group: str | None = None
+) -> kubernetes.client.ApiClient:
     """A client for the plane: as the admin by default, or with another bearer token,
-    or as the admin impersonating another user (Impersonate-User header)."""
+    or as the admin impersonating another user (and one group)."""
     config = kubernetes.client.Configuration()
     config.host = plane.server
     config.ssl_ca_cert = str(plane.ca_file)
@@ -33,6 +35,8 @@ def api_client(plane: Plane, token: str | None = None, impersonate: str | None =
     client = kubernetes.client.ApiClient(config)
     if impersonate is not None:
         client.set_default_header("Impersonate-User", impersonate)
+    if group is not None:
+        client.set_default_header("Impersonate-Group", group)
     return client
 
 
@@ -53,9 +57,13 @@ def service_account_token(client: kubernetes.client.ApiClient, namespace: str, n
 
 
 def apply_yaml(
-    client: kubernetes.client.ApiClient, text: str, namespace: str | None = None, field_manager: str = FIELD_MANAGER
+    client: kubernetes.client.ApiClient,
+    text: str,
+    namespace: str | None = None,
+    field_manager: str = FIELD_MANAGER,
+    force: bool = False,
 ) -> list[object]:
-    """Server-side apply every document in text, like `kubectl apply --server-side`."""
+    """Server-side apply every document in text, like `kubectl apply --server-side [--force-conflicts]`."""
     dynamic = DynamicClient(client)
     applied = []
     for doc in yaml.safe_load_all(text):
@@ -64,7 +72,9 @@ def apply_yaml(
         resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
         ns = doc.get("metadata", {}).get("namespace") or (namespace if resource.namespaced else None)
         applied.append(
-            resource.server_side_apply(body=doc, name=doc["metadata"]["name"], namespace=ns, field_manager=field_manager)
+            resource.server_side_apply(
+                body=doc, name=doc["metadata"]["name"], namespace=ns, field_manager=field_manager, force_conflicts=force
+            )
         )
     return applied
 

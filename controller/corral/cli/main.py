@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from corral import __version__
+from corral.cli.crds import crds
 from corral.cli.dev import dev
 
 
@@ -14,6 +15,7 @@ def cli() -> None:
     """Corral: let AI agents operate physical devices safely."""
 
 
+cli.add_command(crds)
 cli.add_command(dev)
 
 

@@ -33,7 +33,9 @@ def _no_control_characters(text: str) -> str:
     return text
 
 
-Identifier = Annotated[str, Field(pattern=IDENTIFIER_PATTERN, description="lower-case identifier, 1-32 characters")]
+Identifier = Annotated[
+    str, Field(pattern=IDENTIFIER_PATTERN, max_length=32, description="lower-case identifier, 1-32 characters")
+]
 DeviceId = Annotated[
     str, Field(pattern=DEVICE_ID_PATTERN, description="DNS label: lower-case letters, digits and '-', 1-63 characters")
 ]

@@ -1,0 +1,108 @@
+"""Device: one physical device, its desired target state and the user's overlay; status from the controller."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text
+from corral.contract.model import IDENTIFIER_PATTERN
+
+IMMUTABLE = {"rule": "self == oldSelf", "message": "deviceId is immutable: delete the Device and create a new one to bind another device"}
+
+# The API server cannot type-check free JSON values with CEL (they have no
+# type it could declare), so actuator ids and value types are checked by these
+# models and, against the contract, by the controller; the schema bounds size.
+ActuatorStates = Annotated[
+    dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)], JsonValue],
+    Field(max_length=64),
+]
+
+
+class Overlay(KubeModel):
+    """What people say about the device; agents read it, it never reaches the device."""
+
+    alias: Text(64, "Friendly name, e.g. 'bedroom fan'. At most 64 characters, no control characters.") = ""
+    location: Text(64, "Where the device is, e.g. 'kitchen, above the sink'. At most 64 characters.") = ""
+    notes: Text(512, "Free notes for people and agents. At most 512 characters, no control characters.") = ""
+
+
+class DeviceSpec(KubeModel):
+    """The desired state of a device."""
+
+    device_id: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = Field(
+        description="The device's id as in its MQTT topics (iot/{deviceId}/...). Immutable.",
+        json_schema_extra={"x-kubernetes-validations": [IMMUTABLE]},
+    )
+    target: ActuatorStates = Field(
+        default_factory=dict,
+        description=(
+            "Desired actuator states, actuator id -> value (bool, number or string as the device's contract "
+            "says). The controller drives the device here; executed Intents write to it."
+        ),
+    )
+    overlay: Overlay | None = Field(default=None, description="Alias, location and notes kept by people.")
+    drift: Literal["Enforce", "Report"] = Field(
+        default="Enforce",
+        description=(
+            "What to do when the device's reported state differs from target: Enforce drives it back, "
+            "Report only marks the Device out of sync."
+        ),
+    )
+
+
+class SensorReading(KubeModel):
+    """The latest value of one sensor."""
+
+    value: JsonValue = Field(description="The value as the device reported it.")
+    unit: Text(16, "Unit of the value, from the contract.") = ""
+    timestamp: datetime = Field(description="When the device measured it.")
+
+
+class DeviceStatus(KubeModel):
+    """What the controller last observed; written only by the controller."""
+
+    online: bool | None = Field(default=None, description="Whether the device's MQTT status is online.")
+    last_seen: datetime | None = Field(default=None, description="When any message from the device last arrived.")
+    stale: bool | None = Field(
+        default=None, description="True while offline: reported and sensors are the last known values, not current ones."
+    )
+    capability: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None, description="Name of the cluster-scoped Capability holding the device's validated contract."
+    )
+    reported: ActuatorStates = Field(
+        default_factory=dict, description="The device's full actuator state from its last ack or info."
+    )
+    sensors: Annotated[dict[str, SensorReading], Field(max_length=64)] = Field(
+        default_factory=dict, description="Latest reading per sensor metric."
+    )
+    in_sync: bool | None = Field(default=None, description="True when reported matches target for every targeted actuator.")
+    conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
+        default_factory=list,
+        description="Ready, ContractValid, InSync and other aspects of the device's state.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(default=None, ge=0, description="The generation the controller acted on.")
+
+
+class Device(Resource):
+    """One physical device: desired target state and user overlay (spec), observed state (status)."""
+
+    kind_name = "Device"
+    plural = "devices"
+    singular = "device"
+    scope = "Namespaced"
+    short_names = ["dev", "devs"]
+    printer_columns = [
+        {"name": "Online", "type": "boolean", "jsonPath": ".status.online"},
+        {"name": "Alias", "type": "string", "jsonPath": ".spec.overlay.alias"},
+        {"name": "Location", "type": "string", "jsonPath": ".spec.overlay.location"},
+        {"name": "In-Sync", "type": "boolean", "jsonPath": ".status.inSync"},
+        {"name": "Device-ID", "type": "string", "jsonPath": ".spec.deviceId", "priority": 1},
+    ]
+
+    kind: Literal["Device"] = "Device"
+    spec: DeviceSpec = Field(description="Desired state.")
+    status: DeviceStatus | None = Field(default=None, description="Observed state, written by the controller.")

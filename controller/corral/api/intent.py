@@ -1,0 +1,129 @@
+"""Intent: one request to act on a device. Its name is the idempotency key; its spec never changes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text
+from corral.contract.allowlist import ActionKind
+from corral.contract.model import IDENTIFIER_PATTERN, Risk
+
+DecisionCode = Literal[
+    "EXECUTED",
+    "DEDUP",
+    "DENY_ID_CONFLICT",
+    "DENY_UNKNOWN_ACTION",
+    "DENY_ARGUMENTS",
+    "DENY_SCOPE",
+    "DENY_SENSOR",
+    "DENY_APPROVAL",
+    "DENIED_BY_APPROVER",
+    "DEVICE_GONE",
+    "TIMEOUT",
+    "FAILED",
+]
+Phase = Literal["Pending", "AwaitingApproval", "Executing", "Succeeded", "Denied", "Failed"]
+Level = Literal["read", "listen", "write", "config"]
+
+
+class Params(KubeModel):
+    """Parameters of the action."""
+
+    value: JsonValue = Field(description="The target value: bool, number or string, as the actuator's contract says.")
+
+
+class Observation(KubeModel):
+    """A sensor reading the request relies on; the controller refuses the Intent if it is stale or malformed."""
+
+    device_id: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = Field(
+        default=None, description="Device id of the reading; defaults to the Intent's device."
+    )
+    metric: Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)] = Field(description="Sensor metric.")
+    ts: int = Field(ge=0, description="When the reading was taken, Unix epoch milliseconds (as the tools report it).")
+
+
+class IntentSpec(KubeModel):
+    """What is asked, by whom and why. Immutable: an Intent is a request, not a desired state."""
+
+    device: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = Field(
+        description="Name of the Device in the Intent's namespace."
+    )
+    actuator: Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)] = Field(
+        description="Actuator id from the device's contract."
+    )
+    action: ActionKind = Field(description="Action kind; must be the one the actuator's contract names.")
+    params: Params = Field(description="Parameters of the action.")
+    reason: Text(512, "Why the requester wants this, in a sentence. At most 512 characters.") = Field(min_length=1)
+    requester: Annotated[str, Field(min_length=1, max_length=512)] = Field(
+        description="Username of the creator; the API server rejects any other value. Immutable."
+    )
+    based_on: Annotated[list[Observation], Field(max_length=16)] = Field(
+        default_factory=list, description="Sensor readings the request relies on, checked for freshness."
+    )
+
+
+class IntentStatus(KubeModel):
+    """The decision and its outcome; written only by the controller."""
+
+    phase: Phase | None = Field(
+        default=None, description="Pending, AwaitingApproval, Executing, or final: Succeeded, Denied, Failed."
+    )
+    code: DecisionCode | None = Field(default=None, description="The final decision code (see DESIGN.md).")
+    message: Text(1024, "Human-readable explanation of the decision.") = ""
+    risk: Risk | None = Field(default=None, description="Risk of the action, from the contract.")
+    level: Level | None = Field(default=None, description="Permission level the action needs, from the contract.")
+    params_hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] | None = Field(
+        default=None, description="Canonical hash of device, actuator, action and params; approvals bind to it."
+    )
+    approval: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None, description="Name of the Approval that was consumed, if one was needed."
+    )
+    approval_expires_at: datetime | None = Field(
+        default=None, description="While AwaitingApproval: when the request expires without a decision."
+    )
+    before: Annotated[dict[str, JsonValue], Field(max_length=64)] | None = Field(
+        default=None, description="The device's reported state before execution."
+    )
+    after: Annotated[dict[str, JsonValue], Field(max_length=64)] | None = Field(
+        default=None, description="The device's reported state after execution (from its ack)."
+    )
+    decided_at: datetime | None = Field(default=None, description="When the final code was set.")
+    conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
+        default_factory=list,
+        description="Aspects of the Intent's progress.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(default=None, ge=0, description="The generation the controller acted on.")
+
+
+class Intent(Resource):
+    """A request to act on a device, made by an agent or a person; the controller decides and executes it."""
+
+    kind_name = "Intent"
+    plural = "intents"
+    singular = "intent"
+    scope = "Namespaced"
+    short_names = ["int", "ints"]
+    printer_columns = [
+        {"name": "Device", "type": "string", "jsonPath": ".spec.device"},
+        {"name": "Action", "type": "string", "jsonPath": ".spec.action"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Code", "type": "string", "jsonPath": ".status.code"},
+        {"name": "Requester", "type": "string", "jsonPath": ".spec.requester"},
+        {"name": "Actuator", "type": "string", "jsonPath": ".spec.actuator", "priority": 1},
+        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+    ]
+
+    kind: Literal["Intent"] = "Intent"
+    spec: IntentSpec = Field(
+        description="The request. Immutable after creation.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "an Intent's spec is immutable: create a new Intent (with a new name) to ask for something else"}
+            ]
+        },
+    )
+    status: IntentStatus | None = Field(default=None, description="Decision and outcome, written by the controller.")

@@ -1,0 +1,68 @@
+"""ValidatingAdmissionPolicies that make identities unforgeable, shipped beside the CRDs.
+
+`Intent.spec.requester` and `Approval.spec.approver` must be the username of
+whoever creates the object, so an agent cannot act in someone else's name and
+nobody can sign an approval as someone else. The CRD schemas already make the
+specs immutable; the policies also refuse a changed identity on update so the
+rule reads complete here. What a policy cannot see (an approver approving
+their own Intent) the controller enforces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.api.base import GROUP, VERSION
+
+POLICY_API = "admissionregistration.k8s.io/v1"
+
+
+def _identity_policy(name: str, plural: str, kind: str, field: str, article: str) -> list[dict[str, Any]]:
+    create_rule = (
+        f"request.operation != 'CREATE' || object.spec.{field} == request.userInfo.username"
+    )
+    create_message = (
+        f"'spec.{field} must be your own username: you are \"' + request.userInfo.username + '\" but the {kind} says \"' "
+        f"+ object.spec.{field} + '\". {article} {kind} is made in the name of whoever creates it; set spec.{field} to \"' "
+        f"+ request.userInfo.username + '\".'"
+    )
+    update_rule = f"request.operation != 'UPDATE' || object.spec.{field} == oldObject.spec.{field}"
+    update_message = (
+        f"'spec.{field} cannot change (it was \"' + oldObject.spec.{field} + '\"); create a new {kind} instead.'"
+    )
+    policy = {
+        "apiVersion": POLICY_API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": [VERSION],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": [plural],
+                    }
+                ]
+            },
+            "validations": [
+                {"expression": create_rule, "messageExpression": create_message, "reason": "Forbidden"},
+                {"expression": update_rule, "messageExpression": update_message, "reason": "Forbidden"},
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": POLICY_API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
+def admission_policies() -> list[dict[str, Any]]:
+    return [
+        *_identity_policy("corral-intent-requester", "intents", "Intent", "requester", "An"),
+        *_identity_policy("corral-approval-approver", "approvals", "Approval", "approver", "An"),
+    ]

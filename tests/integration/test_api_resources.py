@@ -1,0 +1,216 @@
+"""Corral's CRDs and admission policies on the real API server: examples, refusals, columns, identities."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from corral.api import KINDS, Approval, Capability, Device, Intent
+from corral.api.base import GROUP, VERSION
+from corral.devcluster.plane import Plane
+from tests.harness import api_client, apply_yaml, kubectl, service_account_token, wait_for
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PLURALS = {kind.kind_name: kind.plural for kind in KINDS}
+
+
+def _identity(path: Path, doc: dict[str, Any]) -> str:
+    """Who applies an example: `# as: USER` in its header, else the requester/approver it names."""
+    match = re.search(r"^# as: (\S+)$", path.read_text(), re.MULTILINE)
+    if match:
+        return match.group(1)
+    spec = doc.get("spec", {})
+    return spec.get("requester") or spec.get("approver") or "corral-admin"
+
+
+def _apply_as(plane: Plane, path: Path, namespace: str) -> list[object]:
+    doc = yaml.safe_load(path.read_text())
+    # system:masters so that only the schema and the policies can say no, not RBAC.
+    client = api_client(plane, impersonate=_identity(path, doc), group="system:masters")
+    return apply_yaml(client, path.read_text(), namespace)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_applies_and_parses_back_into_its_model(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, path: Path
+) -> None:
+    (stored,) = _apply_as(plane, path, namespace)
+    raw = stored.to_dict()  # type: ignore[attr-defined]
+    model = {k.kind_name: k for k in KINDS}[raw["kind"]]
+    assert model.model_validate(raw).model_dump(mode="json", exclude_unset=True) == raw
+    if raw["kind"] == "Capability":
+        kubernetes.client.CustomObjectsApi(corral_api).delete_cluster_custom_object(
+            GROUP, VERSION, "capabilities", raw["metadata"]["name"]
+        )
+
+
+@pytest.mark.parametrize("path", sorted((EXAMPLES / "invalid").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_invalid_example_is_refused_with_a_readable_message(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, path: Path
+) -> None:
+    expected = re.search(r"^# expect: (.+)$", path.read_text(), re.MULTILINE)
+    assert expected, f"{path.name} needs a '# expect: <message>' line"
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        _apply_as(plane, path, namespace)
+    assert refused.value.status in (403, 422)
+    message = yaml.safe_load(refused.value.body)["message"]
+    assert expected.group(1) in message
+
+
+def test_kubectl_explain_describes_device_target(plane: Plane, corral_api: kubernetes.client.ApiClient) -> None:
+    explained = kubectl(plane, "explain", "device.spec.target").stdout
+    assert "FIELD: target <map[string]Object>" in explained
+    assert "Desired actuator states, actuator id -> value" in explained
+
+
+def test_kubectl_get_shows_the_documented_columns(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    for name in ("device.yaml", "intent.yaml", "approval.yaml"):
+        _apply_as(plane, EXAMPLES / name, namespace)
+    out = kubectl(plane, "get", "devices,intents,approvals", "-n", namespace).stdout
+    headers = [line.split() for line in out.splitlines() if line.startswith("NAME")]
+    assert headers == [
+        ["NAME", "ONLINE", "ALIAS", "LOCATION", "IN-SYNC", "AGE"],
+        ["NAME", "DEVICE", "ACTION", "PHASE", "CODE", "REQUESTER", "AGE"],
+        ["NAME", "INTENT", "DECISION", "APPROVER", "AGE"],
+    ]
+    assert "kitchen fan" in out and "fan-up-20261130-0001" in out
+    # The `corral` category lists all of them at once.
+    assert "device.corral.dev/kitchen-env-1" in kubectl(plane, "get", "corral", "-n", namespace).stdout
+
+
+def _intent(name: str, requester: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Intent",
+        "metadata": {"name": name},
+        "spec": {
+            "device": "kitchen-env-1",
+            "actuator": "fan",
+            "action": "set_level",
+            "params": {"value": "high"},
+            "reason": "It is hot.",
+            "requester": requester,
+        },
+    }
+
+
+def test_an_intent_must_name_its_creator_as_requester(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    apply_yaml(
+        corral_api,
+        f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: intent-maker}}
+rules:
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [create, get]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: agents-make-intents}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: intent-maker}}
+subjects:
+- {{kind: ServiceAccount, name: agent-a, namespace: {namespace}}}
+- {{kind: ServiceAccount, name: agent-b, namespace: {namespace}}}
+""",
+        namespace,
+    )
+    agent_a = f"system:serviceaccount:{namespace}:agent-a"
+    agent_b = f"system:serviceaccount:{namespace}:agent-b"
+    as_a = kubernetes.client.CustomObjectsApi(
+        api_client(plane, token=service_account_token(corral_api, namespace, "agent-a"))
+    )
+    service_account_token(corral_api, namespace, "agent-b")
+
+    def create(body: dict[str, Any]) -> dict[str, Any]:
+        return as_a.create_namespaced_custom_object(GROUP, VERSION, namespace, "intents", body)
+
+    # RBAC bindings reach the authorizer through a watch; wait until A may create at all.
+    wait_for(lambda: create(_intent("probe", agent_a)), "agent-a's RoleBinding to take effect")
+
+    with pytest.raises(kubernetes.client.ApiException) as forged:
+        create(_intent("as-b", agent_b))
+    assert forged.value.status == 403
+    assert f'you are "{agent_a}" but the Intent says "{agent_b}"' in yaml.safe_load(forged.value.body)["message"]
+
+    created = create(_intent("as-a", agent_a))
+    assert created["spec"]["requester"] == agent_a
+
+
+def test_device_id_cannot_change(corral_api: kubernetes.client.ApiClient, namespace: str) -> None:
+    apply_yaml(corral_api, (EXAMPLES / "device.yaml").read_text(), namespace)
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        kubernetes.client.CustomObjectsApi(corral_api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "devices", "kitchen-env-1", {"spec": {"deviceId": "other-device"}}
+        )
+    assert refused.value.status == 422
+    assert "deviceId is immutable" in refused.value.body
+
+
+def test_intent_spec_and_approver_cannot_change(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    _apply_as(plane, EXAMPLES / "intent.yaml", namespace)
+    _apply_as(plane, EXAMPLES / "approval.yaml", namespace)
+    objects = kubernetes.client.CustomObjectsApi(corral_api)
+    with pytest.raises(kubernetes.client.ApiException) as intent_change:
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "intents", "fan-up-20261130-0001", {"spec": {"params": {"value": "low"}}}
+        )
+    assert "an Intent's spec is immutable" in intent_change.value.body
+    with pytest.raises(kubernetes.client.ApiException) as approver_change:
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "approvals", "fan-up-20261130-0001-approve", {"spec": {"approver": "mallory"}}
+        )
+    assert approver_change.value.status in (403, 422)
+
+
+def test_status_round_trips_through_the_status_subresource(
+    corral_api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    apply_yaml(corral_api, (EXAMPLES / "device.yaml").read_text(), namespace)
+    status = {
+        "online": True,
+        "lastSeen": "2026-11-30T10:00:00.250000Z",
+        "capability": "corral-env-fan-10266f5ac9f2e155",
+        "reported": {"fan": "low", "heater": False, "brightness": 42.5},
+        "sensors": {"temperature": {"value": 21.5, "unit": "°C", "timestamp": "2026-11-30T10:00:00Z"}},
+        "inSync": True,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Online",
+                "message": "device answered",
+                "lastTransitionTime": "2026-11-30T10:00:00Z",
+                "observedGeneration": 1,
+            }
+        ],
+        "observedGeneration": 1,
+    }
+    objects = kubernetes.client.CustomObjectsApi(corral_api)
+    # The spec is not writable through the status subresource, and status not through the main resource.
+    objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, "devices", "kitchen-env-1", {"status": status})
+    assert "status" not in objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "devices", "kitchen-env-1")
+    objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "devices", "kitchen-env-1", {"status": status}
+    )
+    raw = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "devices", "kitchen-env-1")
+    device = Device.model_validate(raw)
+    assert device.status is not None and device.status.reported == {"fan": "low", "heater": False, "brightness": 42.5}
+    assert device.model_dump(mode="json", exclude_unset=True) == raw
+
+
+def test_models_cover_every_kind() -> None:
+    assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval"}
+    assert {Device, Capability, Intent, Approval} == set(KINDS)
