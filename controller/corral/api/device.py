@@ -44,11 +44,11 @@ class DeviceSpec(KubeModel):
         ),
     )
     overlay: Overlay | None = Field(default=None, description="Alias, location and notes kept by people.")
-    drift: Literal["Enforce", "Report"] = Field(
+    drift: Literal["Enforce", "Observe"] = Field(
         default="Enforce",
         description=(
             "What to do when the device's reported state differs from target: Enforce drives it back, "
-            "Report only marks the Device out of sync."
+            "Observe records the drift (condition and Event) and leaves the device alone."
         ),
     )
 
