@@ -85,6 +85,14 @@ class DeviceStatus(KubeModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(default=None, ge=0, description="The generation the controller acted on.")
+    command_epoch: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Re-drives after drift at this generation. Part of every command id, so that a re-drive is never "
+            "mistaken by the firmware for a repeat of an earlier command."
+        ),
+    )
 
 
 class Device(Resource):

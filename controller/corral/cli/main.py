@@ -7,6 +7,7 @@ import click
 from corral import __version__
 from corral.cli.crds import crds
 from corral.cli.dev import dev
+from corral.cli.run import run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +18,7 @@ def cli() -> None:
 
 cli.add_command(crds)
 cli.add_command(dev)
+cli.add_command(run)
 
 
 def main() -> None:

@@ -1,0 +1,87 @@
+"""`corral run`: the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import click
+import kopf
+import kubernetes
+
+from corral.devices.link import BrokerAddress
+from corral.reconcile.config import ControllerConfig
+from corral.reconcile.handlers import build_registry
+
+
+@click.command()
+@click.option("--mqtt", "mqtt_url", envvar="CORRAL_MQTT_URL", required=True,
+              help="Broker URL, mqtt://host:1883 or mqtts://user:pass@host:8883 (env CORRAL_MQTT_URL).")
+@click.option("--namespace", "-n", default="default", show_default=True,
+              help="Namespace where devices discovered over MQTT are registered.")
+@click.option("--no-auto-register", is_flag=True, help="Only bind Devices that people created.")
+@click.option("--topic-prefix", default="iot", show_default=True, help="MQTT topic prefix.")
+@click.option("--command-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for an ack.")
+@click.option("--health-port", type=int, default=8080, show_default=True,
+              help="Port of /healthz (liveness and readiness); 0 turns it off.")
+@click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
+@click.option("--signing-keys", metavar="NAMESPACE/SECRET",
+              help="Secret whose data entries are the trusted contract signing public keys.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def run(
+    mqtt_url: str,
+    namespace: str,
+    no_auto_register: bool,
+    topic_prefix: str,
+    command_timeout: float,
+    health_port: int,
+    require_signatures: bool,
+    signing_keys: str | None,
+    verbose: bool,
+) -> None:
+    """Run the controller: discover devices, mirror contracts, drive devices to their targets."""
+    if require_signatures and not signing_keys:
+        raise click.UsageError("--require-signatures needs --signing-keys NAMESPACE/SECRET with the trusted keys")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _load_kube_config()
+    config = ControllerConfig(
+        mqtt_url=mqtt_url,
+        topic_prefix=topic_prefix,
+        namespace=namespace,
+        auto_register=not no_auto_register,
+        command_timeout_s=command_timeout,
+        require_signatures=require_signatures,
+        signing_keys_secret=signing_keys,
+    )
+    try:
+        BrokerAddress.parse(mqtt_url)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--mqtt") from None
+    asyncio.run(_operate(config, health_port))
+
+
+def _load_kube_config() -> None:
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config()
+        else:
+            kubernetes.config.load_kube_config()
+    except (kubernetes.config.ConfigException, OSError) as err:
+        raise click.ClickException(f"no Kubernetes credentials: {err} (set KUBECONFIG or run in a cluster)") from None
+
+
+async def _operate(config: ControllerConfig, health_port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await kopf.operator(
+        registry=build_registry(config),
+        clusterwide=True,
+        standalone=True,
+        liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+        stop_flag=stop,
+    )

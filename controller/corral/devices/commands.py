@@ -1,0 +1,55 @@
+"""Command/ack correlation: one future per command id, resolved by the ack that carries that id.
+
+A command id is the command's identity end to end: the controller derives it
+deterministically, the firmware deduplicates by it, and a retry after a
+timeout or a crash reuses it, so a device never executes one change twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from corral.devices.messages import Ack
+
+
+class CommandTimeout(TimeoutError):
+    """No ack arrived in time; the command may or may not have run (resend it with the same id)."""
+
+
+class CommandTracker:
+    def __init__(self) -> None:
+        self._waiting: dict[str, asyncio.Future[Ack]] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    def resolve(self, ack: Ack) -> bool:
+        """Hand an ack to whoever waits for its id; False when nobody does (late or foreign ack)."""
+        if ack.id is None:
+            return False
+        future = self._waiting.get(ack.id)
+        if future is None or future.done():
+            return False
+        future.set_result(ack)
+        return True
+
+    async def send(
+        self, publish: Callable[[dict[str, Any]], None], command: dict[str, Any], timeout_s: float
+    ) -> Ack:
+        """Publish the command and wait for its ack. Concurrent sends of one id share one wait."""
+        command_id = command["id"]
+        future = self._waiting.get(command_id)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._waiting[command_id] = future
+        publish(command)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            raise CommandTimeout(f"no ack for command {command_id} within {timeout_s:g}s") from None
+        finally:
+            if future.done() and self._waiting.get(command_id) is future:
+                del self._waiting[command_id]

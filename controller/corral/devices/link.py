@@ -1,0 +1,166 @@
+"""The controller's one MQTT connection: connect, reconnect with backoff, resubscribe, publish commands.
+
+paho-mqtt runs its network loop in its own thread. Every callback crosses into
+the asyncio loop with `call_soon_threadsafe`, so nothing here blocks kopf's
+event loop and no handler code ever runs on paho's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.reasoncodes import ReasonCode
+
+from corral.devices.topics import Topics
+
+log = logging.getLogger(__name__)
+
+# The broker refused MQTT 5 (v3.1.1 brokers answer "unacceptable protocol version").
+_UNSUPPORTED_PROTOCOL = (1, 132)
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    tls: bool
+    username: str | None
+    password: str | None
+
+    @classmethod
+    def parse(cls, url: str) -> BrokerAddress:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("mqtt", "mqtts") or not parsed.hostname:
+            raise ValueError(f"MQTT URL must look like mqtt://host:1883 or mqtts://user:pass@host:8883, got {url!r}")
+        tls = parsed.scheme == "mqtts"
+        return cls(
+            host=parsed.hostname,
+            port=parsed.port or (8883 if tls else 1883),
+            tls=tls,
+            username=unquote(parsed.username) if parsed.username else None,
+            password=unquote(parsed.password) if parsed.password else None,
+        )
+
+
+@dataclass(frozen=True)
+class Inbound:
+    topic: str
+    payload: bytes
+    retained: bool
+
+
+class MqttLink:
+    def __init__(
+        self,
+        url: str,
+        topics: Topics,
+        on_message: Callable[[Inbound], None],
+        on_connected: Callable[[], None] = lambda: None,
+        client_id: str | None = None,
+    ) -> None:
+        self.address = BrokerAddress.parse(url)
+        self.topics = topics
+        self._on_message = on_message
+        self._on_connected = on_connected
+        self._client_id = client_id or f"corral-controller-{uuid.uuid4().hex[:8]}"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: mqtt.Client | None = None
+        self._protocol = mqtt.MQTTv5
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+        self._ever_connected = False
+        self._restart_task: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Begin connecting in the background; the link keeps retrying until stop()."""
+        self._loop = asyncio.get_running_loop()
+        self._client = self._new_client()
+        self._client.connect_async(self.address.host, self.address.port, keepalive=30)
+        self._client.loop_start()
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(self._shutdown, client)
+        self.connected.clear()
+
+    @staticmethod
+    def _shutdown(client: mqtt.Client) -> None:
+        client.disconnect()
+        client.loop_stop()
+
+    def publish(self, topic: str, payload: dict[str, Any], qos: int = 1) -> None:
+        """Queue a message; paho sends it now or after the next reconnect (QoS 1 is retried by paho)."""
+        if self._client is None:
+            raise RuntimeError("the MQTT link is not started")
+        self._client.publish(topic, json.dumps(payload, separators=(",", ":")), qos=qos)
+
+    # paho thread ---------------------------------------------------------------------------
+
+    def _new_client(self) -> mqtt.Client:
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self._client_id, protocol=self._protocol)
+        if self.address.username is not None:
+            client.username_pw_set(self.address.username, self.address.password)
+        if self.address.tls:
+            client.tls_set_context(ssl.create_default_context())
+        client.reconnect_delay_set(min_delay=1, max_delay=30)
+        client.on_connect = self._handle_connect
+        client.on_disconnect = self._handle_disconnect
+        client.on_message = self._handle_message
+        return client
+
+    def _handle_connect(self, client: mqtt.Client, _userdata: Any, _flags: Any, reason: ReasonCode, _props: Any) -> None:
+        if reason.is_failure:
+            if self._protocol == mqtt.MQTTv5 and reason.value in _UNSUPPORTED_PROTOCOL:
+                log.warning("broker refused MQTT 5; falling back to MQTT 3.1.1")
+                self._protocol = mqtt.MQTTv311
+                self._call_soon(self._spawn_restart)
+                return
+            log.warning("MQTT connection refused by %s:%s: %s", self.address.host, self.address.port, reason)
+            return
+        # Subscriptions do not survive a reconnect with a clean session; make them again every time.
+        client.subscribe([(topic, 1) for topic in self.topics.subscriptions()])
+        self._call_soon(self._mark_connected)
+
+    def _handle_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: ReasonCode, _p: Any) -> None:
+        log.warning("MQTT link to %s:%s lost (%s); reconnecting", self.address.host, self.address.port, reason)
+        self._call_soon(self.connected.clear)
+
+    def _handle_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
+        self._call_soon(self._on_message, Inbound(message.topic, message.payload, bool(message.retain)))
+
+    def _call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    # asyncio loop ---------------------------------------------------------------------------
+
+    def _mark_connected(self) -> None:
+        if self._ever_connected:
+            self.reconnects += 1
+        self._ever_connected = True
+        log.info("MQTT link up: %s:%s (MQTT %s)", self.address.host, self.address.port,
+                 "5" if self._protocol == mqtt.MQTTv5 else "3.1.1")
+        self.connected.set()
+        self._on_connected()
+
+    def _spawn_restart(self) -> None:
+        self._restart_task = asyncio.ensure_future(self._restart_with_new_protocol())
+
+    async def _restart_with_new_protocol(self) -> None:
+        old = self._client
+        self._client = self._new_client()
+        if old is not None:
+            await asyncio.to_thread(old.loop_stop)
+        self._client.connect_async(self.address.host, self.address.port, keepalive=30)
+        self._client.loop_start()

@@ -1,0 +1,161 @@
+"""Parsing what devices send. Every payload is untrusted: size-capped, strict JSON, bounded shapes.
+
+Each parser returns a typed message or raises BadMessage with a sentence that
+can go into an Event or a log line as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from corral.contract.model import IDENTIFIER_PATTERN, Contract
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_DEPTH = 16
+
+Kind = Literal["info", "status", "cmd", "ack", "telemetry", "event"]
+StateValue = bool | int | float | str
+
+
+class BadMessage(ValueError):
+    """A device sent something that is not a valid message of its kind."""
+
+
+class _Wire(BaseModel):
+    # Devices may add fields we do not know; they are ignored, never trusted.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+State = Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN)], StateValue], Field(max_length=64)]
+
+
+class Clamped(_Wire):
+    actuator: str | None = None
+    requested: Any = None
+    applied: Any = None
+
+
+class Ack(_Wire):
+    id: Annotated[str, Field(max_length=64)] | None
+    ok: bool
+    error: Annotated[str, Field(max_length=1024)] | None = None
+    state: State = Field(default_factory=dict)
+    clamped: Clamped | None = None
+
+
+class Sample(_Wire):
+    metric: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    value: StateValue
+    ts: Annotated[int, Field(ge=0)]
+
+
+class Telemetry(_Wire):
+    ts: Annotated[int, Field(ge=0)]
+    samples: Annotated[list[Sample], Field(max_length=512)]
+
+
+class DeviceEvent(_Wire):
+    ts: Annotated[int, Field(ge=0)]
+    event: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    value: StateValue | None = None
+    seq: int | None = None
+    state: State | None = None
+
+
+def load_json(payload: bytes) -> Any:
+    """Strict JSON: size-capped, UTF-8, no NaN/Infinity, bounded nesting."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise BadMessage(f"payload of {len(payload)} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadMessage("payload is not UTF-8") from None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as err:
+        raise BadMessage(f"payload is not valid JSON ({_short(err)})") from None
+    if _depth(value) > MAX_DEPTH:
+        raise BadMessage(f"payload nests deeper than {MAX_DEPTH} levels")
+    _refuse_non_finite(value)
+    return value
+
+
+def parse_info(payload: bytes, device_id: str) -> Contract:
+    data = load_json(payload)
+    if not isinstance(data, dict):
+        raise BadMessage("info must be a JSON object (the device contract)")
+    try:
+        contract = Contract.model_validate(data)
+    except ValidationError as err:
+        raise BadMessage(f"contract refused: {_validation_summary(err)}") from None
+    if contract.device_id != device_id:
+        raise BadMessage(f"contract names device_id {contract.device_id!r} but was published for {device_id!r}")
+    return contract
+
+
+def parse_status(payload: bytes) -> bool:
+    text = payload.strip().decode("utf-8", errors="replace")
+    if text in ("online", "offline"):
+        return text == "online"
+    raise BadMessage(f"status must be 'online' or 'offline', got {text[:40]!r}")
+
+
+def parse_ack(payload: bytes) -> Ack:
+    return _parse(Ack, payload, "ack")
+
+
+def parse_telemetry(payload: bytes) -> Telemetry:
+    return _parse(Telemetry, payload, "telemetry")
+
+
+def parse_event(payload: bytes) -> DeviceEvent:
+    return _parse(DeviceEvent, payload, "event")
+
+
+def _parse(model: type[_Wire], payload: bytes, what: str) -> Any:
+    data = load_json(payload)
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise BadMessage(f"{what} refused: {_validation_summary(err)}") from None
+
+
+def _validation_summary(err: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for e in err.errors()[:limit]:
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        parts.append(f"{where}: {e['msg']}")
+    more = len(err.errors()) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _refuse_non_finite(value: Any) -> None:
+    # Huge literals such as 1e999 parse to inf without passing through parse_constant.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadMessage("numbers must be finite")
+    if isinstance(value, dict):
+        for v in value.values():
+            _refuse_non_finite(v)
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_non_finite(v)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _short(err: Exception) -> str:
+    return str(err)[:120]

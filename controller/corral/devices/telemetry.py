@@ -1,0 +1,70 @@
+"""Telemetry in memory, and when it is worth a status write.
+
+Kubernetes is not a time-series database: samples live in a bounded ring
+buffer per device, and `status.sensors` gets the latest values at most once
+per interval, sooner only when a value moves beyond the deadband, and never
+when nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from corral.contract.model import Sensor
+from corral.devices.messages import Sample
+
+DEFAULT_BUFFER = 256
+
+
+@dataclass
+class SensorBuffer:
+    """Recent samples of one device, oldest dropped first."""
+
+    capacity: int = DEFAULT_BUFFER
+    samples: deque[Sample] = field(default_factory=deque)
+    latest: dict[str, Sample] = field(default_factory=dict)
+
+    def add(self, sample: Sample) -> None:
+        if len(self.samples) >= self.capacity:
+            self.samples.popleft()
+        self.samples.append(sample)
+        current = self.latest.get(sample.metric)
+        if current is None or sample.ts >= current.ts:
+            self.latest[sample.metric] = sample
+
+
+@dataclass(frozen=True)
+class Coalescing:
+    interval_s: float = 10.0
+    # Fraction of a sensor's declared range; sensors without a range use the absolute fallback.
+    deadband_fraction: float = 0.02
+    deadband_absolute: float = 0.5
+
+    def deadband(self, sensor: Sensor | None) -> float:
+        if sensor is not None and sensor.range is not None:
+            return (sensor.range.max - sensor.range.min) * self.deadband_fraction
+        return self.deadband_absolute
+
+    def should_write(
+        self,
+        written: dict[str, object],
+        current: dict[str, object],
+        seconds_since_write: float,
+        sensors: dict[str, Sensor],
+    ) -> bool:
+        """written/current map metric -> value; True when current deserves a status write now."""
+        if current == written:
+            return False
+        if seconds_since_write >= self.interval_s:
+            return True
+        for metric, value in current.items():
+            before = written.get(metric)
+            if before is None or type(before) is not type(value):
+                return True
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if abs(value - before) > self.deadband(sensors.get(metric)):  # type: ignore[operator]
+                    return True
+            elif value != before:
+                return True
+        return False

@@ -1,0 +1,70 @@
+"""kopf handlers: the controller's only contact with kopf. Each one is a line or two of glue.
+
+Only watching handlers (`on.event`) are used: they keep no progress
+annotations on the objects, so the controller never writes to a Device's
+metadata and its status writes stay the only writes it makes.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+import kopf
+import kubernetes
+
+from corral.api.base import GROUP, VERSION
+from corral.audit.events import EventRecorder
+from corral.contract.signature import load_public_key
+from corral.reconcile.config import ControllerConfig
+from corral.reconcile.controller import DeviceController
+from corral.reconcile.kube import Kube
+
+log = logging.getLogger(__name__)
+
+
+def build_registry(config: ControllerConfig) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    state: dict[str, DeviceController] = {}
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo | None:
+        # Same credentials as the official client below: kubeconfig, or the in-cluster service account.
+        return kopf.login_via_client(logger=log)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.standalone = True
+        settings.posting.enabled = False  # our Events are posted by audit.events, with richer references
+        settings.watching.server_timeout = 300
+        api_client = kubernetes.client.ApiClient()
+        kube = Kube(api_client)
+        keys = {}
+        if config.signing_keys_secret:
+            namespace, _, name = config.signing_keys_secret.partition("/")
+            raw = await kube.read_secret_data(namespace, name)
+            keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
+            log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
+        controller = DeviceController(config, kube, EventRecorder(api_client), signing_keys=keys)
+        await controller.start()
+        state["controller"] = controller
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        controller = state.pop("controller", None)
+        if controller is not None:
+            await controller.stop()
+
+    @kopf.on.event(GROUP, VERSION, "devices", registry=registry)
+    def device_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+        controller = state.get("controller")
+        if controller is not None and event.get("type") is not None:
+            controller.on_device_event(event["type"], dict(body))
+
+    @kopf.on.probe(id="mqtt", registry=registry)
+    def mqtt_probe(**_: Any) -> bool:
+        controller = state.get("controller")
+        return controller is not None and controller.link.connected.is_set()
+
+    return registry
