@@ -8,6 +8,7 @@ from corral import __version__
 from corral.cli.crds import crds
 from corral.cli.dev import dev
 from corral.cli.run import run
+from corral.cli.sim import sim
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +20,7 @@ def cli() -> None:
 cli.add_command(crds)
 cli.add_command(dev)
 cli.add_command(run)
+cli.add_command(sim)
 
 
 def main() -> None:

@@ -1,0 +1,295 @@
+"""The device side of Corral's MQTT contract protocol (docs/protocol.md).
+
+A Device is one firmware instance: a contract (a build-time constant), a
+device id, a board (the hardware, real or simulated), a clock and, once
+connected, a transport. It never blocks and never reads the time itself; its
+owner calls
+
+    will()                      -> (topic, payload) to set as Last Will before connecting
+    on_connect()                after every (re)connect: subscribe, retained info, retained online
+    on_message(topic, payload)  for every message received: commands -> acks
+    tick(now_ms) -> next_ms     sensors, telemetry, debounced events; call again at next_ms
+    shutdown()                  before a clean disconnect: retained offline (a Will fires only on loss)
+
+A transport has `publish(topic, payload, retain, qos) -> bool` (False when the
+message could not be handed to the network) and `subscribe(topic, qos)`.
+A board has `read(metric)`, `apply(actuator_id, value, units)`,
+`input_level(name)`, `input_edges(now_ms)` and `next_input_ms()`.
+"""
+
+import json
+
+from corral_fw.actuators import Refused, make_actuator, show
+from corral_fw.debounce import DEFAULT_QUIET_MS, Debouncer
+from corral_fw.dedup import DEFAULT_SIZE, AckCache
+from corral_fw.ringbuf import RingBuffer
+
+DEFAULT_PREFIX = "iot"
+DEFAULT_TELEMETRY_MS = 5000
+ONLINE = "online"
+OFFLINE = "offline"
+GET_STATE = "get_state"
+MAX_ID_CHARS = 64
+MAX_COMMAND_BYTES = 4096
+QOS_TELEMETRY = 0
+QOS_RELIABLE = 1
+
+
+class Device:
+    def __init__(
+        self,
+        contract: dict,
+        device_id: str,
+        board,
+        clock,
+        prefix: str = DEFAULT_PREFIX,
+        telemetry_ms: int = DEFAULT_TELEMETRY_MS,
+        samples_per_report: int = 1,
+        ring_size: int = 0,
+        debounce_ms: int = DEFAULT_QUIET_MS,
+        dedup_size: int = DEFAULT_SIZE,
+        store=None,
+        phase_ms: int = 0,
+    ):
+        if telemetry_ms < 1 or samples_per_report < 1:
+            raise ValueError("telemetry_ms and samples_per_report must be positive")
+        self.contract = contract
+        self.device_id = device_id
+        self.board = board
+        self.clock = clock
+        self.store = store
+        self.transport = None
+
+        base = prefix + "/" + device_id + "/"
+        self.topic_info = base + "info"
+        self.topic_status = base + "status"
+        self.topic_cmd = base + "cmd"
+        self.topic_ack = base + "ack"
+        self.topic_telemetry = base + "telemetry"
+        self.topic_event = base + "event"
+
+        info = {}
+        for key in contract:
+            info[key] = contract[key]
+        info["device_id"] = device_id
+        self.info_payload = json.dumps(info)
+
+        saved = store.load() if store is not None else {}
+        counters = saved.get("counters", {})
+        self.actuators = []
+        self._by_id = {}
+        commands = [GET_STATE]
+        for spec in contract.get("actuators", []):
+            actuator = make_actuator(spec, contract.get("fw", ""), counters.get(spec["id"], 0))
+            self.actuators.append(actuator)
+            self._by_id[actuator.id] = actuator
+            if actuator.action not in commands:
+                commands.append(actuator.action)
+        self.commands = sorted(commands)
+        self._acks = AckCache(dedup_size)
+
+        self.metrics = [s["metric"] for s in contract.get("sensors", [])]
+        self.samples_per_report = samples_per_report
+        self.sample_ms = max(1, telemetry_ms // samples_per_report)
+        capacity = max(ring_size, samples_per_report)
+        self._buffers = {}
+        for metric in self.metrics:
+            self._buffers[metric] = RingBuffer(capacity)
+        now = clock.ms()
+        # The first sample is one period after boot, shifted by phase_ms (a fleet spreads its devices out).
+        self._next_sample = now + self.sample_ms + phase_ms % self.sample_ms
+        self._samples_taken = 0
+
+        self._debouncers = {}
+        for spec in contract.get("events", []):
+            level = board.input_level(spec["name"])
+            if level is not None:
+                self._debouncers[spec["name"]] = Debouncer(spec["name"], level, debounce_ms)
+
+        # What happened, for the owner and for tests: counted on the device itself.
+        self.executions = 0
+        self.duplicates = 0
+        self.errors = 0
+        self.connects = 0
+        self.telemetry_sent = 0
+        self.event_seq = 0
+
+    # Connection -------------------------------------------------------------------------
+
+    def will(self):
+        return self.topic_status, OFFLINE
+
+    def on_connect(self) -> None:
+        """Subscribe first, so that `online` (published after) means commands are heard."""
+        self.connects += 1
+        self.transport.subscribe(self.topic_cmd, QOS_RELIABLE)
+        self._publish(self.topic_info, self.info_payload, True, QOS_RELIABLE)
+        self._publish(self.topic_status, ONLINE, True, QOS_RELIABLE)
+
+    def shutdown(self) -> None:
+        """A clean stop: say offline ourselves; the broker drops the Will on a normal DISCONNECT."""
+        self._publish(self.topic_status, OFFLINE, True, QOS_RELIABLE)
+
+    def on_message(self, topic: str, payload) -> None:
+        if topic != self.topic_cmd:
+            return
+        self._publish(self.topic_ack, self.handle_command(payload), False, QOS_RELIABLE)
+
+    def _publish(self, topic: str, payload: str, retain: bool, qos: int) -> bool:
+        if self.transport is None:
+            return False
+        return self.transport.publish(topic, payload, retain, qos)
+
+    # Commands ---------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        state = {}
+        for actuator in self.actuators:
+            state[actuator.id] = actuator.value
+        return state
+
+    def handle_command(self, payload) -> str:
+        """One command payload in, its ack (JSON text) out. A repeated id returns the stored ack."""
+        if len(payload) > MAX_COMMAND_BYTES:
+            return self._error(None, "malformed command: larger than " + str(MAX_COMMAND_BYTES) + " bytes")
+        try:
+            if type(payload) is not str:
+                payload = bytes(payload).decode()
+            command = json.loads(payload)
+        except Exception:
+            return self._error(None, "malformed command: not JSON")
+        if type(command) is not dict:
+            return self._error(None, "malformed command: not a JSON object")
+        command_id = command.get("id")
+        if type(command_id) is not str or not 1 <= len(command_id) <= MAX_ID_CHARS:
+            return self._error(None, "malformed command: 'id' must be a string of 1-" + str(MAX_ID_CHARS) + " characters")
+        stored = self._acks.get(command_id)
+        if stored is not None:
+            self.duplicates += 1
+            return stored
+        ack = self._execute(command_id, command)
+        self._acks.put(command_id, ack)
+        return ack
+
+    def _execute(self, command_id: str, command: dict) -> str:
+        cmd = command.get("cmd")
+        if type(cmd) is not str:
+            return self._error(command_id, "malformed command: 'cmd' must be a string")
+        if cmd not in self.commands:
+            return self._error(command_id, "unknown command " + show(cmd) + "; commands: " + ", ".join(self.commands))
+        params = command.get("params")
+        if params is None:
+            params = {}
+        if type(params) is not dict:
+            return self._error(command_id, "malformed command: 'params' must be an object")
+        if cmd == GET_STATE:
+            return self._ack(command_id, True, None)
+
+        actuator_id = params.get("actuator")
+        actuator = self._by_id.get(actuator_id) if type(actuator_id) is str else None
+        if actuator is None:
+            names = [a.id for a in self.actuators if a.action == cmd]
+            what = "missing params.actuator" if actuator_id is None else "unknown actuator " + show(actuator_id)
+            return self._error(command_id, what + "; actuators for " + cmd + ": " + ", ".join(names))
+        if actuator.action != cmd:
+            return self._error(command_id, "actuator '" + actuator.id + "' takes " + actuator.action + ", not " + cmd)
+        if "value" not in params:
+            return self._error(command_id, "missing params.value for actuator '" + actuator.id + "'")
+        requested = params["value"]
+        try:
+            applied, clamped = actuator.resolve(requested)
+        except Refused as refusal:
+            return self._error(command_id, str(refusal))
+
+        units = actuator.units_for(applied)
+        try:
+            self.board.apply(actuator.id, applied, units)
+        except Exception as failure:
+            return self._error(command_id, "actuator '" + actuator.id + "' failed: " + str(failure))
+        actuator.apply(applied)
+        self.executions += 1
+        if actuator.type == "counter":
+            self._save_counters()
+        if clamped:
+            return self._ack(command_id, True, None, {"actuator": actuator.id, "requested": requested, "applied": applied})
+        return self._ack(command_id, True, None)
+
+    def _ack(self, command_id, ok: bool, error, clamped=None) -> str:
+        ack = {"id": command_id, "ok": ok, "error": error, "state": self.state()}
+        if clamped is not None:
+            ack["clamped"] = clamped
+        return json.dumps(ack)
+
+    def _error(self, command_id, message: str) -> str:
+        self.errors += 1
+        return self._ack(command_id, False, message)
+
+    def _save_counters(self) -> None:
+        if self.store is None:
+            return
+        counters = {}
+        for actuator in self.actuators:
+            if actuator.type == "counter":
+                counters[actuator.id] = actuator.value
+        self.store.save({"counters": counters})
+
+    # Sensors, telemetry, events -------------------------------------------------------
+
+    def tick(self, now_ms: int) -> int:
+        """Do what is due at now_ms; returns when the next thing will be due."""
+        if self.metrics and now_ms >= self._next_sample:
+            self._sample()
+            self._samples_taken += 1
+            if self._samples_taken % self.samples_per_report == 0:
+                self._report()
+            self._next_sample += self.sample_ms
+            if now_ms - self._next_sample >= self.sample_ms:
+                self._next_sample = now_ms + self.sample_ms  # fell far behind: skip, don't burst
+        if self._debouncers:
+            for name, level, t_ms in self.board.input_edges(now_ms):
+                debouncer = self._debouncers.get(name)
+                if debouncer is not None:
+                    debouncer.edge(level, t_ms)
+            for debouncer in self._debouncers.values():
+                change = debouncer.poll(now_ms)
+                if change is not None:
+                    self._event(debouncer.name, change[0], change[1], now_ms)
+        return self.next_wakeup(now_ms)
+
+    def next_wakeup(self, now_ms: int) -> int:
+        wake = self._next_sample if self.metrics else now_ms + 60000
+        for debouncer in self._debouncers.values():
+            deadline = debouncer.deadline()
+            if deadline is not None and deadline < wake:
+                wake = deadline
+        if self._debouncers:
+            edge = self.board.next_input_ms()
+            if edge is not None and edge < wake:
+                wake = edge
+        return wake
+
+    def _sample(self) -> None:
+        ts = self.clock.epoch_ms()
+        for metric in self.metrics:
+            value = self.board.read(metric)
+            if value is not None:
+                self._buffers[metric].push({"metric": metric, "value": value, "ts": ts})
+
+    def _report(self) -> None:
+        samples = []
+        for metric in self.metrics:
+            samples.extend(self._buffers[metric].items())
+        if not samples:
+            return
+        payload = json.dumps({"ts": self.clock.epoch_ms(), "samples": samples})
+        if self._publish(self.topic_telemetry, payload, False, QOS_TELEMETRY):
+            self.telemetry_sent += 1
+            for buffer in self._buffers.values():
+                buffer.clear()
+        # Otherwise the samples stay: the ring keeps the newest ones until the link is back.
+
+    def _event(self, name: str, value, started_ms: int, now_ms: int) -> None:
+        self.event_seq += 1
+        ts = self.clock.epoch_ms() - (now_ms - started_ms)
+        payload = json.dumps({"ts": ts, "event": name, "value": value, "seq": self.event_seq})
+        self._publish(self.topic_event, payload, False, QOS_RELIABLE)

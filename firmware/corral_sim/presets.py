@@ -1,0 +1,62 @@
+"""Ready-made fleets for `corral sim --preset NAME`."""
+
+from __future__ import annotations
+
+from corral_sim.fleet import DeviceSpec
+
+# A household of 43 devices in 8 rooms: (room, device id, device type).
+HOME: tuple[tuple[str, str, str], ...] = (
+    ("living room", "living-ac", "thermostat"),
+    ("living room", "living-climate", "env_fan"),
+    ("living room", "living-ceiling-light", "light"),
+    ("living room", "living-floor-lamp", "light"),
+    ("living room", "living-tv-strip", "rgb_light"),
+    ("living room", "living-blind-left", "blind"),
+    ("living room", "living-blind-right", "blind"),
+    ("living room", "living-tv-plug", "relay"),
+    ("living room", "living-window", "door_contact"),
+    ("kitchen", "kitchen-climate", "sht30"),
+    ("kitchen", "kitchen-light", "light"),
+    ("kitchen", "kitchen-coffee-plug", "relay"),
+    ("kitchen", "kitchen-sink-valve", "water_valve"),
+    ("kitchen", "kitchen-scale", "scale"),
+    ("kitchen", "kitchen-window", "door_contact"),
+    ("bedroom", "bedroom-ac", "thermostat"),
+    ("bedroom", "bedroom-fan", "env_fan"),
+    ("bedroom", "bedroom-light", "light"),
+    ("bedroom", "bedroom-lamp", "rgb_light"),
+    ("bedroom", "bedroom-blind", "blind"),
+    ("bedroom", "bedroom-window", "door_contact"),
+    ("kids room", "kids-climate", "sht30"),
+    ("kids room", "kids-light", "light"),
+    ("kids room", "kids-nightlight", "rgb_light"),
+    ("kids room", "kids-blind", "blind"),
+    ("kids room", "kids-window", "door_contact"),
+    ("bathroom", "bathroom-climate", "sht30"),
+    ("bathroom", "bathroom-fan", "env_fan"),
+    ("bathroom", "bathroom-light", "light"),
+    ("bathroom", "bathroom-window", "door_contact"),
+    ("hallway", "front-door-lock", "lock"),
+    ("hallway", "front-door", "door_contact"),
+    ("hallway", "hallway-light", "light"),
+    ("office", "office-climate", "env_fan"),
+    ("office", "office-light", "light"),
+    ("office", "office-blind", "blind"),
+    ("office", "office-monitor-plug", "relay"),
+    ("utility room", "main-water-valve", "water_valve"),
+    ("utility room", "washer-plug", "relay"),
+    ("utility room", "pet-feeder", "pet_feeder"),
+    ("utility room", "pet-water-scale", "scale"),
+    ("utility room", "back-door-lock", "lock"),
+    ("utility room", "garage-door", "door_contact"),
+)
+
+PRESETS: dict[str, tuple[tuple[str, str, str], ...]] = {"home": HOME}
+
+
+def preset(name: str) -> list[DeviceSpec]:
+    try:
+        entries = PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}") from None
+    return [DeviceSpec(device_type, device_id, room) for room, device_id, device_type in entries]

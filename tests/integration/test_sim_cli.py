@@ -1,0 +1,79 @@
+"""`corral sim` as a person runs it: a process that puts devices on the broker and takes them off cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from corral.contract.model import Contract
+from corral.devcluster.plane import Plane
+from corral_sim.presets import HOME
+from tests.integration.test_firmware_mqtt import Watcher, retained
+
+pytestmark = pytest.mark.integration
+
+CORRAL = [sys.executable, "-m", "corral.cli.main"]
+
+
+def start_sim(plane: Plane, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "CORRAL_MQTT_URL": plane.mqtt_url}
+    return subprocess.Popen(
+        [*CORRAL, "sim", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def test_sim_runs_devices_until_sigterm_then_leaves_each_retained_offline(plane: Plane) -> None:
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    watcher = Watcher(plane, prefix)
+    sim = start_sim(plane, "--device", "relay:2", "--device", "lock", "--prefix", prefix, "--telemetry-interval", "0.5")
+    try:
+        ids = ["relay-1", "relay-2", "lock-1"]
+        for device_id in ids:
+            watcher.wait_status(device_id, "online", timeout_s=15)
+        watcher.wait_count("relay-1", "telemetry", 2)
+        sim.send_signal(signal.SIGTERM)
+        _, stderr = sim.communicate(timeout=15)
+        assert sim.returncode == 0, stderr
+        assert "3 devices on mqtt://127.0.0.1" in stderr
+        assert "stopped; 3 of 3 devices published retained offline" in stderr
+        for device_id in ids:
+            watcher.wait_status(device_id, "offline")
+            assert retained(plane, f"{prefix}/{device_id}/status").payload == b"offline"
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+            sim.communicate()
+        watcher.close()
+
+
+def test_the_home_preset_starts_a_household_of_valid_devices(plane: Plane) -> None:
+    prefix = f"home-{uuid.uuid4().hex[:8]}"
+    watcher = Watcher(plane, prefix)
+    sim = start_sim(plane, "--preset", "home", "--prefix", prefix, "--duration", "60")
+    try:
+        ids = {device_id for _, device_id, _ in HOME}
+        watcher.wait_for(
+            f"{len(ids)} devices online",
+            lambda: {m.device_id for m in watcher.messages(kind="status") if m.payload == b"online"} == ids,
+            timeout_s=20,
+        )
+        infos = {m.device_id: m for m in watcher.messages(kind="info")}
+        assert set(infos) == ids
+        for device_id, message in infos.items():
+            assert Contract.model_validate_json(message.payload).device_id == device_id
+        sim.send_signal(signal.SIGINT)
+        _, stderr = sim.communicate(timeout=15)
+        assert sim.returncode == 0, stderr
+        assert f"stopped; {len(ids)} of {len(ids)} devices published retained offline" in stderr
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+            sim.communicate()
+        watcher.close()

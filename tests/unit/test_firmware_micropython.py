@@ -1,0 +1,69 @@
+"""The firmware core on the real MicroPython interpreter, not only on CPython.
+
+The official MicroPython WebAssembly port (npm: @micropython/micropython-webassembly-pyscript,
+pinned in firmware/package.json and installed by scripts/bootstrap with `npm ci`)
+runs under Node. It imports every core module and runs every test of
+test_firmware_core.py, the same file pytest runs on CPython.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.unit import test_firmware_core
+
+REPO = Path(__file__).resolve().parents[2]
+FIRMWARE = REPO / "firmware"
+RUNNER = FIRMWARE / "mptest" / "run_micropython.mjs"
+INTERPRETER = FIRMWARE / "node_modules" / "@micropython" / "micropython-webassembly-pyscript" / "micropython.wasm"
+PACKAGE = FIRMWARE / "corral_fw"
+# Modules that need a board (machine, umqtt) or CPython (paho): compiled by mpy-cross, not imported here.
+NOT_IMPORTABLE_ON_THE_WASM_PORT = {"corral_fw.board", "corral_fw.transport_umqtt", "corral_fw.transport_paho"}
+
+
+def core_modules() -> list[str]:
+    modules = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(FIRMWARE).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name not in NOT_IMPORTABLE_ON_THE_WASM_PORT:
+            modules.append(name)
+    return modules
+
+
+def run_micropython(*args: str) -> subprocess.CompletedProcess[str]:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not installed: run scripts/bootstrap (it installs Node.js and the MicroPython port)")
+    if not INTERPRETER.exists():
+        pytest.fail(f"MicroPython's WebAssembly port is missing ({INTERPRETER}): run scripts/bootstrap (npm ci in firmware/)")
+    return subprocess.run(
+        [node, str(RUNNER), "--package", str(PACKAGE), *args], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+
+
+def test_every_core_module_imports_on_micropython() -> None:
+    modules = core_modules()
+    assert "corral_fw.device" in modules and "corral_fw.contracts.env_fan" in modules
+    result = run_micropython("--import", ",".join(modules))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("IMPLEMENTATION micropython 1.27"), lines[0]
+    assert [line.split()[1] for line in lines if line.startswith("IMPORTED ")] == modules
+
+
+def test_the_core_tests_pass_on_micropython() -> None:
+    result = run_micropython("--tests", str(REPO / "tests" / "unit" / "test_firmware_core.py"))
+    output = result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and lines[0].startswith("IMPLEMENTATION micropython"), output
+    failed = [line for line in lines if line.startswith("FAIL ")]
+    assert not failed, output
+    passed = {line.split()[1] for line in lines if line.startswith("PASS ")}
+    expected = {name for name in dir(test_firmware_core) if name.startswith("test_")}
+    assert passed == expected, f"ran on MicroPython: {sorted(passed)}; in the file: {sorted(expected)}"
+    assert result.returncode == 0, output
