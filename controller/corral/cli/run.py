@@ -21,6 +21,8 @@ from corral.reconcile.handlers import build_registry
               help="Broker URL, mqtt://host:1883 or mqtts://user:pass@host:8883 (env CORRAL_MQTT_URL).")
 @click.option("--namespace", "-n", default="default", show_default=True,
               help="Namespace where devices discovered over MQTT are registered.")
+@click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NS",
+              help="Only watch Devices in these namespaces (repeatable); default: all namespaces.")
 @click.option("--no-auto-register", is_flag=True, help="Only bind Devices that people created.")
 @click.option("--topic-prefix", default="iot", show_default=True, help="MQTT topic prefix.")
 @click.option("--command-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for an ack.")
@@ -33,6 +35,7 @@ from corral.reconcile.handlers import build_registry
 def run(
     mqtt_url: str,
     namespace: str,
+    watch_namespaces: tuple[str, ...],
     no_auto_register: bool,
     topic_prefix: str,
     command_timeout: float,
@@ -46,6 +49,9 @@ def run(
         raise click.UsageError("--require-signatures needs --signing-keys NAMESPACE/SECRET with the trusted keys")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # kopf reports every handled watch event at INFO; the controller logs what matters itself.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     _load_kube_config()
     config = ControllerConfig(
         mqtt_url=mqtt_url,
@@ -60,7 +66,9 @@ def run(
         BrokerAddress.parse(mqtt_url)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--mqtt") from None
-    asyncio.run(_operate(config, health_port))
+    if watch_namespaces and namespace not in watch_namespaces:
+        raise click.UsageError(f"--namespace {namespace} must be one of the watched namespaces, or its Devices go unseen")
+    asyncio.run(_operate(config, health_port, list(watch_namespaces)))
 
 
 def _load_kube_config() -> None:
@@ -73,14 +81,15 @@ def _load_kube_config() -> None:
         raise click.ClickException(f"no Kubernetes credentials: {err} (set KUBECONFIG or run in a cluster)") from None
 
 
-async def _operate(config: ControllerConfig, health_port: int) -> None:
+async def _operate(config: ControllerConfig, health_port: int, namespaces: list[str]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await kopf.operator(
         registry=build_registry(config),
-        clusterwide=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
         standalone=True,
         liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
         stop_flag=stop,

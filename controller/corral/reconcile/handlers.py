@@ -29,9 +29,9 @@ def build_registry(config: ControllerConfig) -> kopf.OperatorRegistry:
     state: dict[str, DeviceController] = {}
 
     @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo | None:
+    def login(settings: kopf.OperatorSettings, logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
         # Same credentials as the official client below: kubeconfig, or the in-cluster service account.
-        return kopf.login_via_client(logger=log)
+        return kopf.login_via_client(settings=settings, logger=logger, **kwargs)
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
