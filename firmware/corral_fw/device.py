@@ -29,6 +29,7 @@ DEFAULT_TELEMETRY_MS = 5000
 ONLINE = "online"
 OFFLINE = "offline"
 GET_STATE = "get_state"
+STATE_EVENT = "state"
 MAX_ID_CHARS = 64
 MAX_COMMAND_BYTES = 4096
 QOS_TELEMETRY = 0
@@ -112,6 +113,7 @@ class Device:
         self.errors = 0
         self.connects = 0
         self.telemetry_sent = 0
+        self.local_changes = 0
         self.event_seq = 0
 
     # Connection -------------------------------------------------------------------------
@@ -125,6 +127,8 @@ class Device:
         self.transport.subscribe(self.topic_cmd, QOS_RELIABLE)
         self._publish(self.topic_info, self.info_payload, True, QOS_RELIABLE)
         self._publish(self.topic_status, ONLINE, True, QOS_RELIABLE)
+        # The state after a boot or a time away may not be what the controller last heard.
+        self._publish_state("connect")
 
     def shutdown(self) -> None:
         """A clean stop: say offline ourselves; the broker drops the Will on a normal DISCONNECT."""
@@ -223,6 +227,24 @@ class Device:
     def _error(self, command_id, message: str) -> str:
         self.errors += 1
         return self._ack(command_id, False, message)
+
+    def set_locally(self, actuator_id: str, value) -> None:
+        """Someone changed an actuator at the device itself (a button, a knob): apply it, report the full state."""
+        actuator = self._by_id[actuator_id]
+        applied, _ = actuator.resolve(value)
+        self.board.apply(actuator.id, applied, actuator.units_for(applied))
+        actuator.apply(applied)
+        self.local_changes += 1
+        if actuator.type == "counter":
+            self._save_counters()
+        self._publish_state("local")
+
+    def _publish_state(self, cause: str) -> None:
+        self.event_seq += 1
+        payload = json.dumps(
+            {"ts": self.clock.epoch_ms(), "event": STATE_EVENT, "value": cause, "seq": self.event_seq, "state": self.state()}
+        )
+        self._publish(self.topic_event, payload, False, QOS_RELIABLE)
 
     def _save_counters(self) -> None:
         if self.store is None:

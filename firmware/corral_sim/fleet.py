@@ -254,6 +254,12 @@ class Fleet:
         device.board.change_input(name, value, self.clock.ms(), bounce_ms)
         self._schedule_tick(device, self.clock.ms())
 
+    def set_locally(self, device_id: str, actuator_id: str, value: Any) -> None:
+        """A person changes an actuator at the device (not through MQTT); the firmware reports its new state."""
+        device = self.devices[device_id]
+        if device.firmware is not None and device.powered:
+            device.firmware.set_locally(actuator_id, value)
+
     def summary(self) -> dict[str, Any]:
         devices = list(self.devices.values())
         return {

@@ -92,7 +92,7 @@ def test_info_is_the_frozen_contract_plus_the_device_id():
     assert info == expected
 
 
-def test_connect_subscribes_first_then_publishes_retained_info_and_online():
+def test_connect_subscribes_first_then_publishes_retained_info_online_and_its_state():
     device, _, _ = make_device("env_fan", "kitchen-env")
     device.on_connect()
     transport = device.transport
@@ -100,8 +100,11 @@ def test_connect_subscribes_first_then_publishes_retained_info_and_online():
     assert [(p[0], p[2], p[3]) for p in transport.published] == [
         ("t/kitchen-env/info", True, 1),
         ("t/kitchen-env/status", True, 1),
+        ("t/kitchen-env/event", False, 1),
     ]
     assert transport.published[1][1] == "online"
+    state = json.loads(transport.published[2][1])
+    assert (state["event"], state["value"], state["state"]) == ("state", "connect", device.state())
     device.on_connect()
     assert len(transport.on("info")) == 2, "every connect republishes info"
 
@@ -489,3 +492,12 @@ def test_simulated_outputs_shape_the_readings():
     run_until(sensor, clock, 2000)
     temps = [[s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "temperature"][0] for m in sensor.transport.on("telemetry")]
     assert temps[1] - temps[0] > 2.5, "an SHT30 reads warm while its heater runs"
+
+
+
+def test_a_change_at_the_device_itself_is_reported_as_a_state_event():
+    device, _, _ = make_device("env_fan", "kitchen-env")
+    device.set_locally("fan", "mid")
+    events = [json.loads(p[1]) for p in device.transport.on("event")]
+    assert [(e["event"], e["value"], e["state"]["fan"]) for e in events] == [("state", "local", "mid")]
+    assert device.executions == 0 and device.local_changes == 1
