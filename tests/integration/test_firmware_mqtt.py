@@ -9,131 +9,20 @@ itself, so "exactly once" is checked where it happens.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from corral.contract.model import Contract
 from corral.devcluster.plane import Plane
 from corral_sim.catalog import contract_for
-from corral_sim.fleet import Broker, DeviceSpec, Faults, Fleet, FleetOptions
+from corral_sim.fleet import Faults
+from tests.fleet_harness import Watcher, cmd, firmware, on_fleet, retained, running_fleet
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Message:
-    topic: str
-    payload: bytes
-    retain: bool
-    at: float
-
-    @property
-    def kind(self) -> str:
-        return self.topic.rsplit("/", 1)[1]
-
-    @property
-    def device_id(self) -> str:
-        return self.topic.split("/")[-2]
-
-    def json(self) -> Any:
-        return json.loads(self.payload)
-
-
-class Watcher:
-    """An MQTT client that records everything under a prefix and sends commands."""
-
-    def __init__(self, plane: Plane, prefix: str, name: str = "watcher") -> None:
-        self.prefix = prefix
-        self._messages: list[Message] = []
-        self._changed = threading.Condition()
-        subscribed = threading.Event()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-{name}", protocol=mqtt.MQTTv311)
-        self.client.on_message = self._on_message
-        self.client.on_subscribe = lambda *_: subscribed.set()
-        self.client.connect("127.0.0.1", plane.mqtt_port, keepalive=10)
-        self.client.loop_start()
-        self.client.subscribe(f"{prefix}/#", qos=1)
-        assert subscribed.wait(5), "the watcher could not subscribe"
-
-    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        with self._changed:
-            self._messages.append(Message(message.topic, message.payload, bool(message.retain), time.monotonic()))
-            self._changed.notify_all()
-
-    def messages(self, device_id: str | None = None, kind: str | None = None) -> list[Message]:
-        with self._changed:
-            return [
-                m for m in self._messages
-                if (device_id is None or m.device_id == device_id) and (kind is None or m.kind == kind)
-            ]
-
-    def wait_for(self, what: str, probe: Callable[[], T], timeout_s: float = 8.0) -> T:
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while True:
-                result = probe()
-                if result:
-                    return result
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    kinds = [(m.device_id, m.kind, m.payload[:80]) for m in self._messages[-10:]]
-                    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last messages: {kinds}")
-                self._changed.wait(min(remaining, 0.2))
-
-    def wait_count(self, device_id: str, kind: str, count: int, timeout_s: float = 8.0) -> list[Message]:
-        def probe() -> list[Message] | None:
-            found = self.messages(device_id, kind)
-            return found if len(found) >= count else None
-
-        return self.wait_for(f"{count} {kind} message(s) from {device_id}", probe, timeout_s)
-
-    def wait_status(self, device_id: str, status: str, after: int = 0, timeout_s: float = 8.0) -> Message:
-        def probe() -> Message | None:
-            found = [m for m in self.messages(device_id, "status")[after:] if m.payload == status.encode()]
-            return found[0] if found else None
-
-        return self.wait_for(f"status {status} from {device_id}", probe, timeout_s)
-
-    def send(self, device_id: str, command: dict[str, Any] | bytes) -> None:
-        payload = command if isinstance(command, bytes) else json.dumps(command).encode()
-        self.client.publish(f"{self.prefix}/{device_id}/cmd", payload, qos=1).wait_for_publish(5)
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-def retained(plane: Plane, topic: str, timeout_s: float = 5.0) -> Message:
-    """What a client subscribing now gets as the retained message of topic."""
-    got: list[Message] = []
-    arrived = threading.Event()
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"late-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv311)
-
-    def on_message(_c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
-        got.append(Message(message.topic, message.payload, bool(message.retain), time.monotonic()))
-        arrived.set()
-
-    client.on_message = on_message
-    client.connect("127.0.0.1", plane.mqtt_port, keepalive=10)
-    client.loop_start()
-    try:
-        client.subscribe(topic, qos=1)
-        assert arrived.wait(timeout_s), f"no retained message on {topic}"
-        return got[0]
-    finally:
-        client.disconnect()
-        client.loop_stop()
 
 
 @pytest.fixture
@@ -146,49 +35,6 @@ def watcher(plane: Plane, prefix: str) -> Iterator[Watcher]:
     w = Watcher(plane, prefix)
     yield w
     w.close()
-
-
-@contextmanager
-def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], **options: Any) -> Iterator[Fleet]:
-    """devices: id -> type. Runs the fleet on a thread of its own until the block ends (then stops it cleanly)."""
-    specs = [DeviceSpec(device_type, device_id) for device_id, device_type in devices.items()]
-    settings = {"prefix": prefix, "reconnect_min_s": 0.2, "connect_spread_s": 0.1, "auto_inputs": False, **options}
-    fleet = Fleet(specs, Broker("127.0.0.1", plane.mqtt_port), FleetOptions(**settings))
-    thread = threading.Thread(target=fleet.run, name="fleet", daemon=True)
-    thread.start()
-    try:
-        yield fleet
-    finally:
-        fleet.stop()
-        thread.join(15)
-        assert not thread.is_alive(), "the fleet did not stop"
-
-
-def on_fleet(fleet: Fleet, fn: Callable[[], T]) -> T:
-    """Run fn on the fleet's own thread and return its result."""
-    result: Future[T] = Future()
-
-    def call() -> None:
-        try:
-            result.set_result(fn())
-        except Exception as err:  # handed to the test thread
-            result.set_exception(err)
-
-    fleet.call_soon(call)
-    return result.result(timeout=5)
-
-
-def cmd(command_id: str, action: str, actuator: str | None = None, value: Any = None) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if actuator is not None:
-        params["actuator"] = actuator
-    if value is not None:
-        params["value"] = value
-    return {"id": command_id, "cmd": action, "params": params}
-
-
-def firmware(fleet: Fleet, device_id: str) -> Any:
-    return on_fleet(fleet, lambda: fleet.devices[device_id].firmware)
 
 
 # Connect: info, status ----------------------------------------------------------------

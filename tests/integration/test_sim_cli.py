@@ -14,7 +14,7 @@ import pytest
 from corral.contract.model import Contract
 from corral.devcluster.plane import Plane
 from corral_sim.presets import HOME
-from tests.integration.test_firmware_mqtt import Watcher, retained
+from tests.fleet_harness import Watcher, retained
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from corral.api.base import SHA256_HEX, KubeModel, Resource, Text
+from corral.api.base import SHA256_HEX, KubeModel, Resource, Text512, Text1024
 
 UID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -30,7 +30,7 @@ class ApprovalSpec(KubeModel):
     approver: Annotated[str, Field(min_length=1, max_length=512)] = Field(
         description="Username of the creator; the API server rejects any other value. Immutable."
     )
-    reason: Text(512, "Why, in a sentence (optional for Approve).") = ""
+    reason: Text512 = Field(default="", description="Why, in a sentence (optional for Approve).")
     expires_at: datetime | None = Field(
         default=None, description="After this the approval no longer counts (the controller also caps its lifetime)."
     )
@@ -41,7 +41,7 @@ class ApprovalStatus(KubeModel):
 
     consumed: bool | None = Field(default=None, description="True once an execution used this approval; it never counts again.")
     consumed_at: datetime | None = Field(default=None, description="When it was used.")
-    message: Text(1024, "Why the approval was or was not accepted.") = ""
+    message: Text1024 = Field(default="", description="Why the approval was or was not accepted.")
 
 
 class Approval(Resource):

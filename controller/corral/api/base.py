@@ -39,17 +39,14 @@ _NO_CONTROL_RULE = {
 }
 
 
-def Text(max_length: int, description: str) -> Any:  # noqa: N802 - reads like a type at the use site
-    """A string of at most max_length characters without control characters."""
-    return Annotated[
-        str,
-        Field(
-            max_length=max_length,
-            description=description,
-            json_schema_extra={"x-kubernetes-validations": [_NO_CONTROL_RULE]},
-        ),
-        AfterValidator(_no_control_characters),
-    ]
+_NO_CONTROL = AfterValidator(_no_control_characters)
+_NO_CONTROL_SCHEMA: dict[str, Any] = {"x-kubernetes-validations": [_NO_CONTROL_RULE]}
+
+# Strings of bounded length without control characters, checked by the models and the API server alike.
+Text16 = Annotated[str, Field(max_length=16, json_schema_extra=_NO_CONTROL_SCHEMA), _NO_CONTROL]
+Text64 = Annotated[str, Field(max_length=64, json_schema_extra=_NO_CONTROL_SCHEMA), _NO_CONTROL]
+Text512 = Annotated[str, Field(max_length=512, json_schema_extra=_NO_CONTROL_SCHEMA), _NO_CONTROL]
+Text1024 = Annotated[str, Field(max_length=1024, json_schema_extra=_NO_CONTROL_SCHEMA), _NO_CONTROL]
 
 
 # Any JSON value (a target state may be a bool, a number or a string, as the

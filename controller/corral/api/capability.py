@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from corral.api.base import SHA256_HEX, Condition, KubeModel, Resource, Text
+from corral.api.base import SHA256_HEX, Condition, KubeModel, Resource, Text64
 from corral.contract.canonical import capability_content, capability_hash
 from corral.contract.model import Actuator, Contract, EventSpec, Sensor
 
@@ -22,8 +22,8 @@ NAME_HASH_LENGTH = 16
 class CapabilitySpec(KubeModel):
     """The validated contract, shared by every device that announces the same one. Immutable."""
 
-    model: Text(64, "Model identifier from the firmware.") = Field()
-    name: Text(64, "Product name of the device type.") = Field()
+    model: Text64 = Field(description="Model identifier from the firmware.")
+    name: Text64 = Field(description="Product name of the device type.")
     fw: Annotated[str, Field(max_length=64)] = Field(description="Firmware version that announced this contract.")
     sensors: Annotated[list[Sensor], Field(max_length=64)] = Field(default_factory=list, description="Measured quantities.")
     actuators: Annotated[list[Actuator], Field(max_length=64)] = Field(

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text
+from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text16, Text64, Text512
 from corral.contract.model import IDENTIFIER_PATTERN
 
 IMMUTABLE = {"rule": "self == oldSelf", "message": "deviceId is immutable: delete the Device and create a new one to bind another device"}
@@ -24,9 +24,15 @@ ActuatorStates = Annotated[
 class Overlay(KubeModel):
     """What people say about the device; agents read it, it never reaches the device."""
 
-    alias: Text(64, "Friendly name, e.g. 'bedroom fan'. At most 64 characters, no control characters.") = ""
-    location: Text(64, "Where the device is, e.g. 'kitchen, above the sink'. At most 64 characters.") = ""
-    notes: Text(512, "Free notes for people and agents. At most 512 characters, no control characters.") = ""
+    alias: Text64 = Field(
+        default="", description="Friendly name, e.g. 'bedroom fan'. At most 64 characters, no control characters."
+    )
+    location: Text64 = Field(
+        default="", description="Where the device is, e.g. 'kitchen, above the sink'. At most 64 characters."
+    )
+    notes: Text512 = Field(
+        default="", description="Free notes for people and agents. At most 512 characters, no control characters."
+    )
 
 
 class DeviceSpec(KubeModel):
@@ -57,7 +63,7 @@ class SensorReading(KubeModel):
     """The latest value of one sensor."""
 
     value: JsonValue = Field(description="The value as the device reported it.")
-    unit: Text(16, "Unit of the value, from the contract.") = ""
+    unit: Text16 = Field(default="", description="Unit of the value, from the contract.")
     timestamp: datetime = Field(description="When the device measured it.")
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text
+from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text512, Text1024
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
 
@@ -56,7 +56,9 @@ class IntentSpec(KubeModel):
     )
     action: ActionKind = Field(description="Action kind; must be the one the actuator's contract names.")
     params: Params = Field(description="Parameters of the action.")
-    reason: Text(512, "Why the requester wants this, in a sentence. At most 512 characters.") = Field(min_length=1)
+    reason: Text512 = Field(
+        min_length=1, description="Why the requester wants this, in a sentence. At most 512 characters."
+    )
     requester: Annotated[str, Field(min_length=1, max_length=512)] = Field(
         description="Username of the creator; the API server rejects any other value. Immutable."
     )
@@ -72,7 +74,7 @@ class IntentStatus(KubeModel):
         default=None, description="Pending, AwaitingApproval, Executing, or final: Succeeded, Denied, Failed."
     )
     code: DecisionCode | None = Field(default=None, description="The final decision code (see DESIGN.md).")
-    message: Text(1024, "Human-readable explanation of the decision.") = ""
+    message: Text1024 = Field(default="", description="Human-readable explanation of the decision.")
     risk: Risk | None = Field(default=None, description="Risk of the action, from the contract.")
     level: Level | None = Field(default=None, description="Permission level the action needs, from the contract.")
     params_hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] | None = Field(
