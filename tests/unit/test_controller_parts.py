@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from corral.contract.model import Sensor
+from corral.devices.commands import CommandTimeout, CommandTracker
+from corral.devices.messages import Ack
 from corral.devices.telemetry import Coalescing, SensorBuffer
 from corral.devices.messages import Sample
 from corral.reconcile import conditions
@@ -18,13 +20,19 @@ def test_no_write_when_nothing_changed_even_after_the_interval() -> None:
     assert not rule.should_write({"temperature": 21.0}, {"temperature": 21.0}, 3600, {"temperature": TEMP})
 
 
-def test_small_changes_wait_for_the_interval_and_big_ones_do_not() -> None:
-    rule = Coalescing(interval_s=10, deadband_fraction=0.02)  # 2.5 °C on a 125 °C range
+def test_small_changes_wait_for_the_interval_and_big_ones_only_for_the_minimum_gap() -> None:
+    rule = Coalescing(interval_s=10, min_gap_s=2, deadband_fraction=0.02)  # 2.5 °C on a 125 °C range
     sensors = {"temperature": TEMP}
     assert not rule.should_write({"temperature": 21.0}, {"temperature": 22.0}, 3, sensors)
     assert rule.should_write({"temperature": 21.0}, {"temperature": 22.0}, 10, sensors)
     assert rule.should_write({"temperature": 21.0}, {"temperature": 24.0}, 3, sensors)
-    assert rule.should_write({}, {"temperature": 21.0}, 0, sensors)
+    assert not rule.should_write({"temperature": 21.0}, {"temperature": 24.0}, 1, sensors)
+    assert rule.should_write({}, {"temperature": 21.0}, 2, sensors)
+
+
+def test_per_metric_deadbands_override_the_range_fraction() -> None:
+    rule = Coalescing(interval_s=10, deadbands={"temperature": 5.0})
+    assert not rule.should_write({"temperature": 21.0}, {"temperature": 24.0}, 3, {"temperature": TEMP})
 
 
 def test_sensor_buffer_is_bounded_and_keeps_the_newest_value() -> None:
@@ -54,3 +62,29 @@ def test_condition_transition_time_moves_only_when_status_changes() -> None:
     same = conditions.merge(before, [conditions.condition("Ready", "True", "Ready", "still", 2)], "T1")
     flipped = conditions.merge(before, [conditions.condition("Ready", "False", "Offline", "gone", 2)], "T1")
     assert same[0]["lastTransitionTime"] == "T0" and flipped[0]["lastTransitionTime"] == "T1"
+
+
+def test_an_ack_resolves_only_the_command_of_the_device_it_came_from() -> None:
+    async def scenario() -> tuple[str, bool]:
+        tracker = CommandTracker()
+        sent: list[dict] = []
+        waiting = asyncio.ensure_future(tracker.send("fan-1", sent.append, {"id": "c-1"}, timeout_s=2))
+        await asyncio.sleep(0)
+        foreign = tracker.resolve("light-1", Ack(id="c-1", ok=True, state={"power": True}))
+        assert tracker.resolve("fan-1", Ack(id="c-1", ok=True, state={"fan": "high"}))
+        ack = await waiting
+        return ack.state["fan"], foreign
+
+    assert asyncio.run(scenario()) == ("high", False)
+
+
+def test_a_missing_ack_times_out_and_leaves_nothing_behind() -> None:
+    async def scenario() -> int:
+        tracker = CommandTracker()
+        try:
+            await tracker.send("fan-1", lambda _p: None, {"id": "c-2"}, timeout_s=0.05)
+        except CommandTimeout:
+            return tracker.in_flight
+        raise AssertionError("no timeout")
+
+    assert asyncio.run(scenario()) == 0

@@ -12,6 +12,7 @@ import kopf
 import kubernetes
 
 from corral.devices.link import BrokerAddress
+from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
 
@@ -26,6 +27,11 @@ from corral.reconcile.handlers import build_registry
 @click.option("--no-auto-register", is_flag=True, help="Only bind Devices that people created.")
 @click.option("--topic-prefix", default="iot", show_default=True, help="MQTT topic prefix.")
 @click.option("--command-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for an ack.")
+@click.option("--status-interval", type=float, default=10.0, show_default=True,
+              help="At most one sensor status write per device per this many seconds.")
+@click.option("--deadband", "deadbands", multiple=True, metavar="METRIC=VALUE",
+              help="Absolute change of a metric that is written sooner than the interval (repeatable); "
+                   "default: 2% of the sensor's range.")
 @click.option("--health-port", type=int, default=8080, show_default=True,
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
@@ -39,6 +45,8 @@ def run(
     no_auto_register: bool,
     topic_prefix: str,
     command_timeout: float,
+    status_interval: float,
+    deadbands: tuple[str, ...],
     health_port: int,
     require_signatures: bool,
     signing_keys: str | None,
@@ -59,6 +67,7 @@ def run(
         namespace=namespace,
         auto_register=not no_auto_register,
         command_timeout_s=command_timeout,
+        coalescing=Coalescing(interval_s=status_interval, deadbands=_parse_deadbands(deadbands)),
         require_signatures=require_signatures,
         signing_keys_secret=signing_keys,
     )
@@ -69,6 +78,19 @@ def run(
     if watch_namespaces and namespace not in watch_namespaces:
         raise click.UsageError(f"--namespace {namespace} must be one of the watched namespaces, or its Devices go unseen")
     asyncio.run(_operate(config, health_port, list(watch_namespaces)))
+
+
+def _parse_deadbands(pairs: tuple[str, ...]) -> dict[str, float]:
+    parsed = {}
+    for pair in pairs:
+        metric, _, value = pair.partition("=")
+        try:
+            parsed[metric.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{pair!r} is not METRIC=NUMBER, e.g. rssi=6", param_hint="--deadband") from None
+        if not metric.strip() or parsed[metric.strip()] < 0:
+            raise click.BadParameter(f"{pair!r} needs a metric name and a non-negative number", param_hint="--deadband")
+    return parsed
 
 
 def _load_kube_config() -> None:

@@ -19,37 +19,40 @@ class CommandTimeout(TimeoutError):
 
 
 class CommandTracker:
+    """Waits keyed by (device id, command id): an ack counts only on the topic of the device it was sent to."""
+
     def __init__(self) -> None:
-        self._waiting: dict[str, asyncio.Future[Ack]] = {}
+        self._waiting: dict[tuple[str, str], asyncio.Future[Ack]] = {}
 
     @property
     def in_flight(self) -> int:
         return len(self._waiting)
 
-    def resolve(self, ack: Ack) -> bool:
+    def resolve(self, device_id: str, ack: Ack) -> bool:
         """Hand an ack to whoever waits for its id; False when nobody does (late or foreign ack)."""
         if ack.id is None:
             return False
-        future = self._waiting.get(ack.id)
+        future = self._waiting.get((device_id, ack.id))
         if future is None or future.done():
             return False
         future.set_result(ack)
         return True
 
     async def send(
-        self, publish: Callable[[dict[str, Any]], None], command: dict[str, Any], timeout_s: float
+        self, device_id: str, publish: Callable[[dict[str, Any]], None], command: dict[str, Any], timeout_s: float
     ) -> Ack:
         """Publish the command and wait for its ack. Concurrent sends of one id share one wait."""
-        command_id = command["id"]
-        future = self._waiting.get(command_id)
+        key = (device_id, command["id"])
+        future = self._waiting.get(key)
         if future is None or future.done():
             future = asyncio.get_running_loop().create_future()
-            self._waiting[command_id] = future
+            self._waiting[key] = future
         publish(command)
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
-            raise CommandTimeout(f"no ack for command {command_id} within {timeout_s:g}s") from None
+            raise CommandTimeout(f"no ack for command {command['id']} within {timeout_s:g}s") from None
         finally:
-            if future.done() and self._waiting.get(command_id) is future:
-                del self._waiting[command_id]
+            # A late ack for this id is then ignored; a resend with the same id gets the firmware's stored ack.
+            if self._waiting.get(key) is future:
+                del self._waiting[key]

@@ -128,7 +128,9 @@ def _validation_summary(err: ValidationError, limit: int = 3) -> str:
     parts = []
     for e in err.errors()[:limit]:
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        parts.append(f"{where}: {e['msg']}")
+        got = e.get("input")
+        shown = f" (got {_short(repr(got))[:60]})" if isinstance(got, (str, int, float, bool)) else ""
+        parts.append(f"{where}: {e['msg']}{shown}")
     more = len(err.errors()) - limit
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
@@ -157,5 +159,5 @@ def _depth(value: Any) -> int:
     return 0
 
 
-def _short(err: Exception) -> str:
+def _short(err: object) -> str:
     return str(err)[:120]

@@ -2,8 +2,9 @@
 
 Kubernetes is not a time-series database: samples live in a bounded ring
 buffer per device, and `status.sensors` gets the latest values at most once
-per interval, sooner only when a value moves beyond the deadband, and never
-when nothing changed.
+per interval, sooner only when a value moves beyond the deadband (and even
+then not more often than the minimum gap, so a noisy sensor cannot turn into
+a write storm), and never when nothing changed.
 """
 
 from __future__ import annotations
@@ -37,11 +38,16 @@ class SensorBuffer:
 @dataclass(frozen=True)
 class Coalescing:
     interval_s: float = 10.0
+    min_gap_s: float = 2.0
     # Fraction of a sensor's declared range; sensors without a range use the absolute fallback.
     deadband_fraction: float = 0.02
     deadband_absolute: float = 0.5
+    # Absolute deadbands per metric, for sensors noisier than their range suggests (e.g. rssi).
+    deadbands: dict[str, float] = field(default_factory=dict)
 
-    def deadband(self, sensor: Sensor | None) -> float:
+    def deadband(self, metric: str, sensor: Sensor | None) -> float:
+        if metric in self.deadbands:
+            return self.deadbands[metric]
         if sensor is not None and sensor.range is not None:
             return (sensor.range.max - sensor.range.min) * self.deadband_fraction
         return self.deadband_absolute
@@ -58,12 +64,14 @@ class Coalescing:
             return False
         if seconds_since_write >= self.interval_s:
             return True
+        if seconds_since_write < self.min_gap_s:
+            return False
         for metric, value in current.items():
             before = written.get(metric)
             if before is None or type(before) is not type(value):
                 return True
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if abs(value - before) > self.deadband(sensors.get(metric)):  # type: ignore[operator]
+                if abs(value - before) > self.deadband(metric, sensors.get(metric)):  # type: ignore[operator]
                     return True
             elif value != before:
                 return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -180,7 +181,7 @@ class DeviceController:
     def _on_ack(self, rt: DeviceRuntime, payload: bytes) -> None:
         ack = messages.parse_ack(payload)
         self._touch(rt)
-        self.tracker.resolve(ack)
+        self.tracker.resolve(rt.device_id, ack)
 
     def _on_telemetry(self, rt: DeviceRuntime, payload: bytes) -> None:
         telemetry = messages.parse_telemetry(payload)
@@ -228,6 +229,9 @@ class DeviceController:
             await self._write_status(rt, body, self._status_from(rt, body, plan_result=None), "contract")
             return
         await self._ensure_capability(rt)
+        if not rt.reported and not rt.state_known:
+            # After a restart, what status recorded is the baseline that changes are audited against.
+            rt.reported = dict((body.get("status") or {}).get("reported") or {})
         if rt.online and not rt.state_known and self.link.connected.is_set():
             await self._sync_state(rt, body)
 
@@ -279,6 +283,7 @@ class DeviceController:
                               f"before: {before}")
             try:
                 ack = await self.tracker.send(
+                    rt.device_id,
                     lambda payload: self.link.publish(self.topics.of(rt.device_id, "cmd"), payload),
                     command.payload(),
                     self.config.command_timeout_s,
@@ -305,9 +310,10 @@ class DeviceController:
             reached.add(command.actuator)
 
     async def _sync_state(self, rt: DeviceRuntime, body: dict[str, Any]) -> None:
-        command = {"id": f"sync-{int(time.time() * 1000)}", "cmd": "get_state", "params": {}}
+        command = {"id": f"sync-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
         try:
             ack = await self.tracker.send(
+                rt.device_id,
                 lambda payload: self.link.publish(self.topics.of(rt.device_id, "cmd"), payload),
                 command, self.config.command_timeout_s,
             )
@@ -322,6 +328,8 @@ class DeviceController:
             return
         before, rt.reported = rt.reported, state
         changed = {k: v for k, v in state.items() if before.get(k) != v}
+        log.info("device %s reported %s (before %s); cause: %s", rt.device_id, changed,
+                 {k: before.get(k) for k in changed}, cause)
         target = body or next(iter(self.devices.bound(rt.device_id)), None)
         if target is not None and before:
             self._spawn(self._event(target, "StateChanged", "Report",

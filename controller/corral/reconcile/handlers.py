@@ -59,8 +59,9 @@ def build_registry(config: ControllerConfig) -> kopf.OperatorRegistry:
     @kopf.on.event(GROUP, VERSION, "devices", registry=registry)
     def device_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
         controller = state.get("controller")
-        if controller is not None and event.get("type") is not None:
-            controller.on_device_event(event["type"], dict(body))
+        if controller is not None:
+            # kopf reports the objects found by its initial listing with type None.
+            controller.on_device_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.probe(id="mqtt", registry=registry)
     def mqtt_probe(**_: Any) -> bool:

@@ -1,0 +1,137 @@
+"""Running the real controller (`corral run`) as a separate process against the test plane.
+
+A separate process, so tests can kill it with SIGKILL mid-command and start it
+again, exactly as a crash in production would look.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+
+from corral.api.base import GROUP, VERSION
+from corral.devcluster.plane import Plane
+from corral.devcluster.processes import free_port
+from tests.harness import wait_for
+
+CORRAL = str(Path(sys.executable).parent / "corral")
+
+
+class ControllerProcess:
+    def __init__(self, plane: Plane, namespace: str, prefix: str, log_path: Path, *extra: str) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.prefix = prefix
+        self.log_path = log_path
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health_port = free_port()
+
+    def start(self) -> None:
+        argv = [
+            CORRAL, "run", "--mqtt", self.plane.mqtt_url, "--namespace", self.namespace,
+            "--watch-namespace", self.namespace, "--topic-prefix", self.prefix,
+            "--health-port", str(self.health_port), "--command-timeout", "4", *self.extra,
+        ]
+        env = {**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(self._healthy, f"the controller to answer /healthz (log: {self.log_path})", timeout_s=30)
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the controller exited with {self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no goodbye, like a crashed node."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@contextmanager
+def running_controller(plane: Plane, namespace: str, prefix: str, log_dir: Path, *extra: str) -> Iterator[ControllerProcess]:
+    controller = ControllerProcess(plane, namespace, prefix, log_dir / "controller.log", *extra)
+    controller.start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
+
+
+def devices(client: kubernetes.client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
+    items = kubernetes.client.CustomObjectsApi(client).list_namespaced_custom_object(GROUP, VERSION, namespace, "devices")
+    return {item["metadata"]["name"]: item for item in items["items"]}
+
+
+def device(client: kubernetes.client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(GROUP, VERSION, namespace, "devices", name)
+
+
+def set_target(client: kubernetes.client.ApiClient, namespace: str, name: str, target: dict[str, Any]) -> None:
+    """What `kubectl apply` of a new target does: server-side apply of spec.target as a person."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": name},
+            "spec": {"deviceId": name, "target": target}}
+    kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "devices", name, body,
+        field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",
+    )
+
+
+def events(client: kubernetes.client.ApiClient, namespace: str, name: str) -> list[Any]:
+    listed = kubernetes.client.EventsV1Api(client).list_namespaced_event(
+        namespace, field_selector=f"regarding.name={name}"
+    )
+    return sorted(listed.items, key=lambda e: e.event_time or e.metadata.creation_timestamp)
+
+
+def status_write_count(plane: Plane) -> int:
+    """Status writes to Devices as the API server itself counts them (its request metrics)."""
+    request = urllib.request.Request(plane.server + "/metrics", headers={"Authorization": f"Bearer {plane.admin_token}"})
+    context = ssl.create_default_context(cafile=str(plane.ca_file))
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        body = response.read().decode()
+    total = 0
+    for line in body.splitlines():
+        if (
+            line.startswith("apiserver_request_total{")
+            and 'group="corral.dev"' in line
+            and 'resource="devices"' in line
+            and 'subresource="status"' in line
+            and any(f'verb="{verb}"' in line for verb in ("APPLY", "PATCH", "UPDATE"))
+        ):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total

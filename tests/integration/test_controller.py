@@ -1,0 +1,277 @@
+"""The controller end to end: real kube-apiserver, real Mosquitto, real firmware, `corral run` as a process.
+
+Each test has its own namespace and MQTT topic prefix, so devices, retained
+messages and Devices of one test never meet another's. Executions are counted
+on the simulated hardware, where "exactly once" matters.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import paho.mqtt.client as mqtt
+import pytest
+
+from corral.api.base import GROUP, VERSION
+from corral.devcluster.plane import Plane
+from corral_sim.catalog import contract_for
+from corral_sim.fleet import Faults
+from corral_sim.presets import preset
+from tests.controller_harness import (
+    ControllerProcess,
+    device,
+    devices,
+    events,
+    running_controller,
+    set_target,
+    status_write_count,
+)
+from tests.fleet_harness import on_fleet, running_fleet
+from tests.harness import kubectl, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"ctl-{uuid.uuid4().hex[:8]}"
+
+
+def hardware_applies(fleet: Any, device_id: str) -> list[tuple[str, Any]]:
+    """What the simulated hardware was told to do, across the device's whole life."""
+    return on_fleet(fleet, lambda: [(a, v) for a, v, _units in fleet.devices[device_id].board.applied])
+
+
+def reported(client: kubernetes.client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return (device(client, namespace, name).get("status") or {}).get("reported") or {}
+
+
+def test_home_preset_registers_every_device_online_and_identical_devices_share_a_capability(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    specs = preset("home")
+    home = {spec.device_id: spec.device_type for spec in specs}
+    with running_fleet(plane, prefix, home, telemetry_interval_s=5.0), \
+            running_controller(plane, namespace, prefix, tmp_path):
+        listed = wait_for(
+            lambda: (found := devices(corral_api, namespace)) and len(found) == len(home)
+            and all((d.get("status") or {}).get("online") for d in found.values()) and found,
+            f"all {len(home)} devices registered and online", timeout_s=60,
+        )
+        assert set(listed) == set(home)
+        capability_of = {name: d["status"]["capability"] for name, d in listed.items()}
+        by_type: dict[str, set[str]] = {}
+        for name, device_type in home.items():
+            by_type.setdefault(device_type, set()).add(capability_of[name])
+        assert all(len(names) == 1 for names in by_type.values()), by_type
+        assert len(set(capability_of.values())) == len(by_type)
+        objects = kubernetes.client.CustomObjectsApi(corral_api)
+        for name in set(capability_of.values()):
+            capability = objects.get_cluster_custom_object(GROUP, VERSION, "capabilities", name)
+            assert name.endswith(capability["spec"]["contentHash"][:16])
+        online = [line for line in _kubectl_get_devices(plane, namespace) if line.split()[1] == "true"]
+        assert len(online) == len(home)
+
+
+def _kubectl_get_devices(plane: Plane, namespace: str) -> list[str]:
+    return kubectl(plane, "get", "devices", "-n", namespace, "--no-headers").stdout.splitlines()
+
+
+def test_a_new_target_reaches_the_device_once_even_if_the_controller_is_killed_before_the_ack(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    # Acks are held back 2.5 s, so the controller can be killed after the device executed
+    # and before the controller heard about it.
+    fleet_devices = {"desk-light": "light", "desk-fan": "env_fan"}
+    with running_fleet(plane, prefix, fleet_devices, faults=Faults(ack_delay_ms=2500)) as fleet:
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
+        controller.start()
+        try:
+            wait_for(lambda: len(devices(corral_api, namespace)) == 2, "both devices registered", timeout_s=30)
+            wait_for(lambda: reported(corral_api, namespace, "desk-fan"), "the fan's state known", timeout_s=30)
+            before_light = len(hardware_applies(fleet, "desk-light"))
+            before_fan = len(hardware_applies(fleet, "desk-fan"))
+
+            set_target(corral_api, namespace, "desk-light", {"power": True, "brightness": 40})
+            set_target(corral_api, namespace, "desk-fan", {"fan": "high"})
+            # The fan executes as soon as the command arrives; its ack is still on the way.
+            wait_for(lambda: ("fan", "high") in hardware_applies(fleet, "desk-fan"), "the fan to execute", timeout_s=15)
+            controller.kill()
+            controller.start()
+
+            wait_for(lambda: reported(corral_api, namespace, "desk-fan").get("fan") == "high",
+                     "the fan's reported state to reach high", timeout_s=40)
+            wait_for(
+                lambda: (r := reported(corral_api, namespace, "desk-light")).get("power") is True
+                and r.get("brightness") == 40,
+                "the light's reported state to reach its target", timeout_s=40,
+            )
+            light = device(corral_api, namespace, "desk-light")
+            assert light["status"]["inSync"] is True
+        finally:
+            controller.stop()
+        fan_applies = hardware_applies(fleet, "desk-fan")[before_fan:]
+        light_applies = hardware_applies(fleet, "desk-light")[before_light:]
+    assert fan_applies == [("fan", "high")], "the fan must execute its change exactly once"
+    assert Counter(a for a, _ in light_applies) == {"power": 1, "brightness": 1}
+    reasons = [e.reason for e in events(corral_api, namespace, "desk-fan")]
+    assert "CommandSent" in reasons and "StateChanged" in reasons
+
+
+def test_offline_shows_within_the_will_and_a_returning_device_gets_its_pending_target(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    with running_fleet(plane, prefix, {"porch-light": "light"}) as fleet, \
+            running_controller(plane, namespace, prefix, tmp_path):
+        wait_for(lambda: (device(corral_api, namespace, "porch-light").get("status") or {}).get("online") is True,
+                 "the light online", timeout_s=30)
+        dropped_at = time.monotonic()
+        on_fleet(fleet, lambda: fleet.drop_link("porch-light", down_s=6.0))
+        wait_for(lambda: device(corral_api, namespace, "porch-light")["status"]["online"] is False,
+                 "Online=False after the link dropped", timeout_s=10)
+        seen_offline_after = time.monotonic() - dropped_at
+        status = device(corral_api, namespace, "porch-light")["status"]
+        assert status["stale"] is True
+
+        set_target(corral_api, namespace, "porch-light", {"power": True})
+        wait_for(
+            lambda: any(c["reason"] == "DeviceOffline" for c in device(corral_api, namespace, "porch-light")["status"]
+                        ["conditions"] if c["type"] == "InSync"),
+            "InSync=False with reason DeviceOffline", timeout_s=10,
+        )
+        assert ("power", True) not in hardware_applies(fleet, "porch-light")
+        wait_for(lambda: reported(corral_api, namespace, "porch-light").get("power") is True,
+                 "the pending target applied after the device came back", timeout_s=30)
+        assert hardware_applies(fleet, "porch-light").count(("power", True)) == 1
+    assert seen_offline_after < 10
+
+
+def _publish_retained(plane: Plane, prefix: str, device_id: str, info: dict[str, Any]) -> None:
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-{device_id}-pub")
+    client.connect("127.0.0.1", plane.mqtt_port)
+    client.loop_start()
+    try:
+        client.publish(f"{prefix}/{device_id}/info", json.dumps(info), qos=1, retain=True).wait_for_publish(5)
+        client.publish(f"{prefix}/{device_id}/status", "online", qos=1, retain=True).wait_for_publish(5)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def test_a_contract_with_an_unknown_action_kind_is_refused_and_the_device_stays_inert(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    rogue = dict(contract_for("lock"))
+    rogue["device_id"] = "back-door"
+    rogue["actuators"] = [*rogue["actuators"], {"id": "all_doors", "name": "All doors", "type": "bool",
+                                                "action": "unlock_everything", "risk": "low", "level": "write"}]
+    _publish_retained(plane, prefix, "back-door", rogue)
+    objects = kubernetes.client.CustomObjectsApi(corral_api)
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "devices", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": "back-door"},
+        "spec": {"deviceId": "back-door", "target": {"all_doors": True}},
+    })
+    with running_controller(plane, namespace, prefix, tmp_path):
+        condition = wait_for(
+            lambda: next((c for c in (device(corral_api, namespace, "back-door").get("status") or {}).get("conditions", [])
+                          if c["type"] == "ContractValid" and c["status"] == "False"), None),
+            "ContractValid=False", timeout_s=30,
+        )
+        assert "unlock_everything" in condition["message"]
+        refused = wait_for(lambda: [e for e in events(corral_api, namespace, "back-door") if e.reason == "ContractRefused"],
+                           "a ContractRefused Event", timeout_s=10)
+        assert refused[0].type == "Warning"
+        status = device(corral_api, namespace, "back-door")["status"]
+        assert "capability" not in status and status["inSync"] is False
+
+
+def test_a_changed_contract_is_recorded_with_its_diff(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    with running_fleet(plane, prefix, {"attic-fan": "env_fan"}), running_controller(plane, namespace, prefix, tmp_path):
+        first = wait_for(lambda: (device(corral_api, namespace, "attic-fan").get("status") or {}).get("capability"),
+                         "the first capability", timeout_s=30)
+        upgraded = dict(contract_for("env_fan"))
+        upgraded["device_id"] = "attic-fan"
+        upgraded["fw"] = "1.3.0"
+        _publish_retained(plane, prefix, "attic-fan", upgraded)
+        changed = wait_for(lambda: [e for e in events(corral_api, namespace, "attic-fan") if e.reason == "ContractChanged"],
+                           "a ContractChanged Event", timeout_s=20)
+        assert "fw: 1.2.0 -> 1.3.0" in changed[0].note
+        second = wait_for(
+            lambda: (c := device(corral_api, namespace, "attic-fan")["status"].get("capability")) != first and c,
+            "the Device to point at the new capability", timeout_s=20,
+        )
+        assert second != first
+
+
+def test_status_writes_stay_within_budget_and_stop_when_nothing_changes(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    """200 devices at 1 Hz telemetry: fewer than 200 x (window / 10 s) status writes in the window.
+
+    The premise is "no change beyond the deadband": the simulated RSSI and humidity wander
+    further than 2% of their ranges, so the test sets deadbands above the simulator's noise.
+    """
+    fleet_devices = {f"probe-{i:03d}": "sht30" for i in range(200)}
+    deadbands = ("--deadband", "rssi=20", "--deadband", "humidity=10")
+    with running_fleet(plane, prefix, fleet_devices, telemetry_interval_s=1.0, connect_spread_s=2.0), \
+            running_controller(plane, namespace, prefix, tmp_path, *deadbands):
+        wait_for(lambda: len([d for d in devices(corral_api, namespace).values()
+                              if (d.get("status") or {}).get("sensors")]) == 200,
+                 "200 devices registered with sensors in status", timeout_s=120)
+        window_s = 20.0
+        before = status_write_count(plane)
+        time.sleep(window_s)
+        writes = status_write_count(plane) - before
+    budget = 200 * window_s / 10
+    print(f"status writes in {window_s:.0f}s with 200 devices at 1 Hz: {writes} (budget < {budget:.0f})")
+    assert writes < budget
+
+
+def test_no_status_writes_at_all_while_nothing_changes(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    """Devices keep sending telemetry at 1 Hz, always the same values: after the first write, silence."""
+    ids = [f"still-{i}" for i in range(10)]
+    info = {"name": "Thermometer", "model": "still-thermometer", "fw": "1.0.0",
+            "sensors": [{"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}}]}
+    for device_id in ids:
+        _publish_retained(plane, prefix, device_id, {**info, "device_id": device_id})
+    stop = threading.Event()
+
+    def steady_telemetry() -> None:
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-telemetry")
+        client.connect("127.0.0.1", plane.mqtt_port)
+        client.loop_start()
+        while not stop.is_set():
+            now = int(time.time() * 1000)
+            for device_id in ids:
+                sample = {"metric": "temperature", "value": 21.5, "ts": now}
+                client.publish(f"{prefix}/{device_id}/telemetry", json.dumps({"ts": now, "samples": [sample]}))
+            stop.wait(1.0)
+        client.disconnect()
+        client.loop_stop()
+
+    sender = threading.Thread(target=steady_telemetry, daemon=True)
+    sender.start()
+    try:
+        with running_controller(plane, namespace, prefix, tmp_path):
+            wait_for(lambda: len([d for d in devices(corral_api, namespace).values()
+                                  if (d.get("status") or {}).get("sensors")]) == len(ids),
+                     "every device's first sensor reading in status", timeout_s=30)
+            time.sleep(2)  # let the last registrations settle
+            before = status_write_count(plane)
+            time.sleep(15)
+            writes = status_write_count(plane) - before
+    finally:
+        stop.set()
+        sender.join(5)
+    assert writes == 0
