@@ -7,6 +7,7 @@ on the simulated hardware, where "exactly once" matters.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -18,8 +19,12 @@ from typing import Any
 import kubernetes
 import paho.mqtt.client as mqtt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.api.base import GROUP, VERSION
+from corral.contract.model import Contract
+from corral.contract.signature import sign
 from corral.devcluster.plane import Plane
 from corral_sim.catalog import contract_for
 from corral_sim.fleet import Faults
@@ -275,3 +280,94 @@ def test_no_status_writes_at_all_while_nothing_changes(
         stop.set()
         sender.join(5)
     assert writes == 0
+
+
+def test_a_device_changed_by_hand_is_driven_back_under_enforce_and_left_alone_under_observe(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    with running_fleet(plane, prefix, {"hall-light": "light", "hall-fan": "env_fan"}) as fleet, \
+            running_controller(plane, namespace, prefix, tmp_path):
+        wait_for(lambda: len(devices(corral_api, namespace)) == 2, "both devices registered", timeout_s=30)
+        set_target(corral_api, namespace, "hall-light", {"power": True})
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": "hall-fan"},
+                "spec": {"deviceId": "hall-fan", "target": {"fan": "low"}, "drift": "Observe"}}
+        kubernetes.client.CustomObjectsApi(corral_api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "devices", "hall-fan", body,
+            field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",
+        )
+        for name, key, value in (("hall-light", "power", True), ("hall-fan", "fan", "low")):
+            wait_for(lambda name=name, key=key, value=value: reported(corral_api, namespace, name).get(key) == value,
+                     f"{name} at its target", timeout_s=20)
+
+        # Someone flips both at the devices themselves.
+        on_fleet(fleet, lambda: fleet.set_locally("hall-light", "power", False))
+        on_fleet(fleet, lambda: fleet.set_locally("hall-fan", "fan", "high"))
+
+        wait_for(lambda: hardware_applies(fleet, "hall-light")[-1] == ("power", True),
+                 "the light driven back to its target", timeout_s=20)
+        assert hardware_applies(fleet, "hall-light").count(("power", True)) == 2  # the drive and the re-drive
+        wait_for(lambda: reported(corral_api, namespace, "hall-light").get("power") is True,
+                 "the light's status back in sync", timeout_s=20)
+        assert device(corral_api, namespace, "hall-light")["status"]["commandEpoch"] == 1
+
+        fan = wait_for(
+            lambda: (s := device(corral_api, namespace, "hall-fan")["status"])["inSync"] is False
+            and s["reported"]["fan"] == "high" and s,
+            "the fan's drift recorded", timeout_s=20,
+        )
+        in_sync = next(c for c in fan["conditions"] if c["type"] == "InSync")
+        assert in_sync["reason"] == "Drifted"
+        assert hardware_applies(fleet, "hall-fan")[-1] == ("fan", "high")  # left alone
+        for name in ("hall-light", "hall-fan"):
+            drift_events = [e for e in events(corral_api, namespace, name) if e.reason == "Drift"]
+            assert drift_events and drift_events[0].type == "Warning"
+
+
+def test_a_device_made_by_a_person_binds_when_its_device_appears(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    objects = kubernetes.client.CustomObjectsApi(corral_api)
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "devices", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": "reading-lamp"},
+        "spec": {"deviceId": "lamp-7f3a", "target": {"power": True}, "overlay": {"alias": "reading lamp"}},
+    })
+    with running_controller(plane, namespace, prefix, tmp_path) as controller:
+        waiting = wait_for(lambda: (device(corral_api, namespace, "reading-lamp").get("status") or {}).get("conditions"),
+                           "a waiting status", timeout_s=20)
+        assert any(c["reason"] == "WaitingForDevice" for c in waiting)
+        with running_fleet(plane, prefix, {"lamp-7f3a": "light"}) as fleet:
+            wait_for(lambda: reported(corral_api, namespace, "reading-lamp").get("power") is True,
+                     "the person's Device bound and its target applied", timeout_s=30)
+            assert ("power", True) in hardware_applies(fleet, "lamp-7f3a")
+        assert set(devices(corral_api, namespace)) == {"reading-lamp"}  # no second, auto-registered Device
+    assert controller.proc is not None and controller.proc.returncode == 0, "SIGTERM must stop the controller cleanly"
+
+
+def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_accepted(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    factory = Ed25519PrivateKey.generate()
+    public = factory.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    kubernetes.client.CoreV1Api(corral_api).create_namespaced_secret(namespace, {
+        "metadata": {"name": "contract-keys"}, "data": {"factory": base64.b64encode(public).decode()},
+    })
+    stranger = Ed25519PrivateKey.generate()
+    for device_id, key in (("signed-plug", factory), ("unsigned-plug", None), ("forged-plug", stranger)):
+        info = {**contract_for("relay"), "device_id": device_id}
+        if key is not None:
+            info["signature"] = sign(Contract.model_validate(info), key)
+        _publish_retained(plane, prefix, device_id, info)
+    with running_controller(plane, namespace, prefix, tmp_path,
+                            "--require-signatures", "--signing-keys", f"{namespace}/contract-keys"):
+        wait_for(lambda: (device(corral_api, namespace, "signed-plug").get("status") or {}).get("capability"),
+                 "the signed contract accepted", timeout_s=30)
+        for device_id, why in (("unsigned-plug", "contract signature unsigned"),
+                               ("forged-plug", "matches no trusted key (trusted: factory)")):
+            refused = wait_for(
+                lambda device_id=device_id: next(
+                    (c for c in (device(corral_api, namespace, device_id).get("status") or {}).get("conditions", [])
+                     if c["type"] == "ContractValid" and c["status"] == "False"), None),
+                f"{device_id} registered and refused", timeout_s=20,
+            )
+            assert why in refused["message"]
+            assert "capability" not in device(corral_api, namespace, device_id)["status"]

@@ -105,7 +105,7 @@ class DevPlane:
 
     def up(self) -> Plane:
         binary = ensure_binary(self.progress)
-        mosquitto = _find_mosquitto()
+        mosquitto = find_mosquitto()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         state = self._load_state()
         tokens = state.setdefault("tokens", {})
@@ -304,7 +304,7 @@ class DevPlane:
         _write_private(self._state_file, json.dumps(state, indent=2) + "\n")
 
 
-def _find_mosquitto() -> str:
+def find_mosquitto() -> str:
     candidate = os.environ.get("CORRAL_MOSQUITTO") or shutil.which("mosquitto")
     if candidate is None and os.access("/usr/sbin/mosquitto", os.X_OK):
         candidate = "/usr/sbin/mosquitto"

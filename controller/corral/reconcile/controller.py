@@ -215,8 +215,10 @@ class DeviceController:
         rt = self.fleet.get(device_id)
         bound = self.devices.bound(device_id)
         if not bound:
-            if rt is not None and rt.contract is not None and self.config.auto_register and not rt.registration_suppressed:
-                await self._register(rt)
+            # A refused device is registered too: a person should see that it is there and why it is inert.
+            announced = rt is not None and (rt.contract is not None or rt.contract_error is not None)
+            if announced and self.config.auto_register and not rt.registration_suppressed:  # type: ignore[union-attr]
+                await self._register(rt)  # type: ignore[arg-type]
             return
         body = bound[0]
         if rt is None:
@@ -351,22 +353,23 @@ class DeviceController:
     # Kubernetes side ---------------------------------------------------------------------
 
     async def _register(self, rt: DeviceRuntime) -> None:
-        assert rt.contract is not None
+        labels = {"corral.dev/registered-by": "controller"}
+        if rt.contract is not None:
+            labels["corral.dev/model"] = _label(rt.contract.model)
+            what = f"{rt.contract.name}, {rt.contract.model} {rt.contract.fw}"
+        else:
+            what = "its contract was refused, so it stays inert"
         body = {
             "apiVersion": API_VERSION,
             "kind": "Device",
-            "metadata": {
-                "name": rt.device_id,
-                "labels": {"corral.dev/model": _label(rt.contract.model), "corral.dev/registered-by": "controller"},
-            },
+            "metadata": {"name": rt.device_id, "labels": labels},
             "spec": {"deviceId": rt.device_id},
         }
         created = await self.kube.create_device(self.config.namespace, body)
         if created is not None:
             self.on_device_event("ADDED", created)
             await self._event(created, "Registered", "Register",
-                              f"Registered device {rt.device_id} ({rt.contract.name}, {rt.contract.model} {rt.contract.fw}) "
-                              f"announced over MQTT")
+                              f"Registered device {rt.device_id} announced over MQTT ({what})")
 
     async def _ensure_capability(self, rt: DeviceRuntime) -> None:
         if rt.capability_ensured or rt.contract is None or rt.capability is None:

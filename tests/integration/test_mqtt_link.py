@@ -1,0 +1,102 @@
+"""The controller's MQTT link survives a broker restart: it reconnects by itself and subscribes again."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from corral.devcluster.files import mosquitto_conf
+from corral.devcluster.plane import find_mosquitto
+from corral.devcluster.processes import accepts_connections, free_port
+from corral.devices.link import Inbound, MqttLink
+from corral.devices.topics import Topics
+from tests.harness import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@contextmanager
+def broker(port: int, directory: Path) -> Iterator[subprocess.Popen[bytes]]:
+    conf = directory / "mosquitto.conf"
+    conf.write_text(mosquitto_conf(port))
+    proc = subprocess.Popen([find_mosquitto(), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: accepts_connections(port), f"a broker on port {port}", timeout_s=10)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def publish(port: int, topic: str, payload: bytes) -> None:
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    client.publish(topic, payload, qos=1).wait_for_publish(5)
+    client.disconnect()
+    client.loop_stop()
+
+
+def test_the_link_reconnects_and_resubscribes_after_the_broker_restarts(tmp_path: Path) -> None:
+    port = free_port()
+
+    async def scenario() -> tuple[list[bytes], int]:
+        received: list[bytes] = []
+        link = MqttLink(f"mqtt://127.0.0.1:{port}", Topics("lnk"), lambda m: received.append(m.payload))
+        with broker(port, tmp_path):
+            await link.start()
+            await asyncio.wait_for(link.connected.wait(), 10)
+            await asyncio.sleep(0.2)  # the subscription is made right after CONNACK
+            await asyncio.to_thread(publish, port, "lnk/dev-1/telemetry", b"before")
+            await _until(lambda: b"before" in received)
+        # The broker is gone; the link notices and keeps retrying with backoff.
+        await _until(lambda: not link.connected.is_set())
+        with broker(port, tmp_path):
+            await asyncio.wait_for(link.connected.wait(), 40)
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(publish, port, "lnk/dev-1/telemetry", b"after")
+            await _until(lambda: b"after" in received)
+            reconnects = link.reconnects
+            await link.stop()
+        return received, reconnects
+
+    received, reconnects = asyncio.run(scenario())
+    assert received == [b"before", b"after"]
+    assert reconnects == 1
+
+
+async def _until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def test_inbound_messages_arrive_on_the_event_loop_thread(tmp_path: Path) -> None:
+    port = free_port()
+
+    async def scenario() -> bool:
+        loop_thread = asyncio.get_running_loop()
+        seen: list[bool] = []
+
+        def on_message(_message: Inbound) -> None:
+            seen.append(asyncio.get_running_loop() is loop_thread)
+
+        link = MqttLink(f"mqtt://127.0.0.1:{port}", Topics("lnk"), on_message)
+        with broker(port, tmp_path):
+            await link.start()
+            await asyncio.wait_for(link.connected.wait(), 10)
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(publish, port, "lnk/dev-1/status", b"online")
+            await _until(lambda: bool(seen))
+            await link.stop()
+        return all(seen)
+
+    assert asyncio.run(scenario())
