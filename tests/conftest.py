@@ -127,6 +127,16 @@ def namespace(request: pytest.FixtureRequest, kube: kubernetes.client.ApiClient)
     core = kubernetes.client.CoreV1Api(kube)
     core.create_namespace({"metadata": {"name": name, "labels": {"corral.dev/test": "true"}}})
     yield name
+    # No namespace controller runs, so deleting the namespace alone would leave its Devices
+    # behind for later controllers (on a reused `corral dev up` plane) to find.
+    objects = kubernetes.client.CustomObjectsApi(kube)
+    for kind in KINDS:
+        if kind.scope == "Namespaced":
+            try:
+                objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, kind.plural)
+            except kubernetes.client.ApiException as err:
+                if err.status != 404:  # the CRDs are not installed in every test run
+                    raise
     core.delete_namespace(name)
 
 

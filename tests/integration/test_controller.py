@@ -339,8 +339,34 @@ def test_a_device_made_by_a_person_binds_when_its_device_appears(
             wait_for(lambda: reported(corral_api, namespace, "reading-lamp").get("power") is True,
                      "the person's Device bound and its target applied", timeout_s=30)
             assert ("power", True) in hardware_applies(fleet, "lamp-7f3a")
+            # A restart hears the retained info at once; it must still know the lamp is bound.
+            assert controller.stop() == 0, "SIGTERM must stop the controller cleanly"
+            controller.start()
+            time.sleep(3)
         assert set(devices(corral_api, namespace)) == {"reading-lamp"}  # no second, auto-registered Device
-    assert controller.proc is not None and controller.proc.returncode == 0, "SIGTERM must stop the controller cleanly"
+
+
+def test_a_second_device_claiming_the_same_device_id_is_refused_and_told_why(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    objects = kubernetes.client.CustomObjectsApi(corral_api)
+    for name in ("garage-door", "garage-door-copy"):
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "devices", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": name},
+            "spec": {"deviceId": "garage-lock"},
+        })
+        time.sleep(1.1)  # creation timestamps have one-second resolution
+    with running_fleet(plane, prefix, {"garage-lock": "lock"}), running_controller(plane, namespace, prefix, tmp_path):
+        wait_for(lambda: (device(corral_api, namespace, "garage-door").get("status") or {}).get("online"),
+                 "the first Device bound", timeout_s=30)
+        bound = wait_for(
+            lambda: next((c for c in (device(corral_api, namespace, "garage-door-copy").get("status") or {})
+                          .get("conditions", []) if c["type"] == "Bound"), None),
+            "the second Device told it is not bound", timeout_s=20,
+        )
+        assert bound["status"] == "False" and bound["reason"] == "DuplicateDeviceId"
+        assert f"already bound to Device {namespace}/garage-door" in bound["message"]
+        assert [e.reason for e in events(corral_api, namespace, "garage-door-copy")] == ["DuplicateDeviceId"]
 
 
 def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_accepted(

@@ -66,6 +66,7 @@ def run(
         topic_prefix=topic_prefix,
         namespace=namespace,
         auto_register=not no_auto_register,
+        watch_namespaces=watch_namespaces,
         command_timeout_s=command_timeout,
         coalescing=Coalescing(interval_s=status_interval, deadbands=_parse_deadbands(deadbands)),
         require_signatures=require_signatures,

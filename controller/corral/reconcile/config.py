@@ -14,6 +14,8 @@ class ControllerConfig:
     # Where devices announced over MQTT get a Device when nobody made one for them.
     namespace: str = "default"
     auto_register: bool = True
+    # Namespaces whose Devices the controller binds; empty means all.
+    watch_namespaces: tuple[str, ...] = ()
     command_timeout_s: float = 5.0
     # Backoff between attempts on a device that times out or fails: min * 2**failures, capped.
     backoff_min_s: float = 1.0

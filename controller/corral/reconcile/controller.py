@@ -11,6 +11,7 @@ it changed.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -36,6 +37,8 @@ from corral.reconcile.kube import Kube
 from corral.reconcile.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+
+RETAINED_GRACE_S = 3.0
 
 
 def rfc3339(moment: datetime) -> str:
@@ -68,10 +71,18 @@ class DeviceController:
         self._workers: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self.rejected_messages = 0
+        self._announced_duplicates: set[str] = set()
+        self._link_up_since = 0.0
 
     # Lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Know every existing Device before the first retained `info` arrives; otherwise a device
+        # that a person already bound under another name would be registered a second time.
+        for body in await self.kube.list_devices(self.config.watch_namespaces):
+            device_id = self.devices.upsert(body)
+            if device_id:
+                self.queue.add(device_id)
         await self.link.start()
         self._workers = [asyncio.create_task(self._work(), name=f"corral-worker-{i}") for i in range(self.config.workers)]
 
@@ -205,6 +216,7 @@ class DeviceController:
 
     def _resync_all(self) -> None:
         """After (re)connecting: states may have changed while we could not hear them."""
+        self._link_up_since = time.monotonic()
         for rt in self.fleet.values():
             rt.state_known = False
             self.queue.add(rt.device_id)
@@ -214,6 +226,7 @@ class DeviceController:
     async def reconcile(self, device_id: str) -> None:
         rt = self.fleet.get(device_id)
         bound = self.devices.bound(device_id)
+        log.debug("reconcile %s: known=%s bound=%d", device_id, rt is not None, len(bound))
         if not bound:
             # A refused device is registered too: a person should see that it is there and why it is inert.
             announced = rt is not None and (rt.contract is not None or rt.contract_error is not None)
@@ -221,7 +234,17 @@ class DeviceController:
                 await self._register(rt)  # type: ignore[arg-type]
             return
         body = bound[0]
+        for duplicate in bound[1:]:
+            await self._refuse_duplicate(duplicate, body)
         if rt is None:
+            # Retained `info` messages arrive right after subscribing; judge a device unheard of only after that.
+            if not self.link.connected.is_set():
+                self.queue.add_after(device_id, RETAINED_GRACE_S)
+                return
+            wait = RETAINED_GRACE_S - (time.monotonic() - self._link_up_since)
+            if wait > 0:
+                self.queue.add_after(device_id, wait)
+                return
             await self._write_status(None, body, self._status_waiting(body), "waiting")
             return
         if rt.contract is None:
@@ -253,7 +276,7 @@ class DeviceController:
             await self._announce_once(
                 rt, body, f"drift/{generation}/{epoch}/{','.join(result.drifted)}", "Drift", "Observe",
                 f"The device left its target for {', '.join(result.drifted)} (reported "
-                f"{ {a: rt.reported.get(a) for a in result.drifted} }); "
+                f"{_json({a: rt.reported.get(a) for a in result.drifted})}); "
                 + ("re-driving it." if result.bump_epoch else "drift: Observe, leaving it alone."),
                 "Warning",
             )
@@ -281,8 +304,8 @@ class DeviceController:
         for command in commands:
             before = dict(rt.reported)
             await self._event(body, "CommandSent", "Command",
-                              f"{command.action} {command.actuator}={command.value!r} (command {command.id}; cause: {cause}); "
-                              f"before: {before}")
+                              f"{command.action} {command.actuator}={_json(command.value)} (command {command.id}; "
+                              f"cause: {cause}); before: {_json(before)}")
             try:
                 ack = await self.tracker.send(
                     rt.device_id,
@@ -335,8 +358,8 @@ class DeviceController:
         target = body or next(iter(self.devices.bound(rt.device_id)), None)
         if target is not None and before:
             self._spawn(self._event(target, "StateChanged", "Report",
-                                    f"Reported state changed: {changed} (before: { {k: before.get(k) for k in changed} }); "
-                                    f"cause: {cause}"))
+                                    f"Reported state changed: {_json(changed)} "
+                                    f"(before: {_json({k: before.get(k) for k in changed})}); cause: {cause}"))
 
     def _backoff(self, rt: DeviceRuntime) -> None:
         delay = min(self.config.backoff_max_s, self.config.backoff_min_s * 2 ** rt.failures)
@@ -383,14 +406,36 @@ class DeviceController:
             )
         rt.capability_ensured = True
 
-    def _status_waiting(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _refuse_duplicate(self, body: dict[str, Any], winner: dict[str, Any]) -> None:
+        owner = f"{winner['metadata']['namespace']}/{winner['metadata']['name']}"
+        message = (f"device {body['spec']['deviceId']} is already bound to Device {owner} (the oldest claim wins); "
+                   "this Device stays inert until that one is deleted or its deviceId changes")
         generation = body["metadata"].get("generation")
+        status = {
+            "observedGeneration": generation,
+            "conditions": [
+                conditions.condition("Bound", "False", "DuplicateDeviceId", message, generation),
+                conditions.condition("Ready", "False", "DuplicateDeviceId", message, generation),
+            ],
+        }
+        await self._write_status(None, body, status, "duplicate")
+        key = f"duplicate/{body['metadata'].get('uid')}"
+        if key not in self._announced_duplicates:
+            self._announced_duplicates.add(key)
+            await self._event(body, "DuplicateDeviceId", "Refuse", message, "Warning")
+
+    def _status_waiting(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Not heard of since the controller started: keep what is known, marked stale."""
+        generation = body["metadata"].get("generation")
+        previous = body.get("status") or {}
+        kept = {k: previous[k] for k in ("capability", "reported", "sensors", "lastSeen", "commandEpoch") if k in previous}
         wanted = [
             conditions.condition("ContractValid", "Unknown", "WaitingForDevice",
                                  "No contract yet: the device has not announced itself on MQTT.", generation),
             conditions.condition("Ready", "False", "WaitingForDevice", "The device has not announced itself.", generation),
         ]
-        return {"observedGeneration": generation, "conditions": wanted}
+        return {**kept, "observedGeneration": generation, "online": False, "stale": True, "inSync": False,
+                "conditions": wanted}
 
     def _epoch(self, rt: DeviceRuntime, body: dict[str, Any]) -> int:
         """The re-drive epoch in effect: ours if we just raised it, else what status records."""
@@ -483,6 +528,7 @@ class DeviceController:
         if unchanged and not force:
             reason = "last-seen"
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        log.debug("status write %s/%s (%s)", namespace, name, reason)
         await self.kube.apply_device_status(namespace, name, status, reason)
         if rt is not None:
             rt.last_status = status
@@ -510,6 +556,10 @@ class DeviceController:
         bound = self.devices.bound(rt.device_id)
         if bound:
             self._spawn(self._event(bound[0], reason, action, note))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _label(text: str) -> str:

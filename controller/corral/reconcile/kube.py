@@ -69,6 +69,18 @@ class Kube:
                 return None
             raise
 
+    async def list_devices(self, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+        if not namespaces:
+            listed = await asyncio.to_thread(self._objects.list_cluster_custom_object, GROUP, VERSION, "devices")
+            return list(listed["items"])
+        items: list[dict[str, Any]] = []
+        for namespace in namespaces:
+            listed = await asyncio.to_thread(
+                self._objects.list_namespaced_custom_object, GROUP, VERSION, namespace, "devices"
+            )
+            items += listed["items"]
+        return items
+
     async def read_secret_data(self, namespace: str, name: str) -> dict[str, str]:
         secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
         return dict(secret.data or {})
