@@ -141,7 +141,7 @@ def _build(src: Path, version: str, binary: Path, progress: Progress) -> None:
     env = {**os.environ, "CGO_ENABLED": "0"}
     progress(
         f"building {BINARY_NAME} (etcd + kube-apiserver + kubectl {version}) from {src}; "
-        "a cold build takes 10-25 minutes on two cores, later starts reuse it"
+        "a cold build takes several minutes (about 4 on two cores, plus module downloads); later starts reuse it"
     )
     total = _package_count(go, src, env)
     partial = binary.with_name(binary.name + ".partial")

@@ -1,0 +1,187 @@
+"""The Intent decision: every code for its reason, checks in their order, approvals that must not count."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.contract.model import Contract
+from corral.decide.approvals import ApprovalView
+from corral.decide.decision import DeviceFacts, IntentFacts, Observation, Policy, decide
+from corral.decide.idempotency import compare, params_hash
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+NOW_MS = NOW.timestamp() * 1000
+CONTRACT = Contract.model_validate(
+    {
+        "device_id": "front-lock",
+        "name": "Lock",
+        "model": "corral-lock",
+        "fw": "1.0.0",
+        "sensors": [{"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}}],
+        "actuators": [
+            {"id": "bolt", "name": "Bolt", "type": "enum", "values": ["locked", "unlocked"], "action": "set_mode",
+             "risk": "high", "level": "write"},
+            {"id": "light", "name": "Light", "type": "bool", "action": "set_state", "risk": "low", "level": "write"},
+            {"id": "firmware", "name": "Firmware", "type": "enum", "values": ["1.0.0", "1.1.0"],
+             "action": "set_version", "risk": "high", "level": "config"},
+        ],
+    }
+)
+DEVICE = DeviceFacts(exists=True, device_id="front-lock", contract=CONTRACT, online=True)
+UID = "5f0c3a52-8e2b-4c1e-9a55-0d4c2f6b7e19"
+HASH = "a" * 64
+
+
+def intent(**changes: object) -> IntentFacts:
+    base = IntentFacts(uid=UID, name="unlock-1", device="front-lock", actuator="light", action="set_state",
+                       value=True, requester="agent", created_at=NOW - timedelta(seconds=1))
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def approval(**changes: object) -> ApprovalView:
+    base = ApprovalView(name="ok-1", intent_uid=UID, params_hash=HASH, decision="Approve", approver="alice",
+                        approver_may_approve=True, created_at=NOW - timedelta(seconds=10))
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def run(i: IntentFacts, device: DeviceFacts = DEVICE, may: bool = True, approvals: list[ApprovalView] | None = None,
+        policy: Policy = Policy()):  # type: ignore[no-untyped-def]
+    return decide(i, device, may, approvals or [], HASH, NOW, policy)
+
+
+def test_a_valid_low_risk_write_executes_without_approval() -> None:
+    decision = run(intent())
+    assert (decision.outcome, decision.code, decision.value, decision.risk, decision.level) == (
+        "execute", None, True, "low", "write")
+
+
+@pytest.mark.parametrize(
+    ("facts", "code", "message"),
+    [
+        (dict(device=replace(DEVICE, exists=False)), "DEVICE_GONE", "does not exist"),
+        (dict(device=replace(DEVICE, contract=None)), "DEVICE_GONE", "has no accepted contract"),
+        (dict(i=intent(actuator="siren")), "DENY_UNKNOWN_ACTION", "no actuator 'siren'. Actions it offers: bolt: set_mode"),
+        (dict(i=intent(action="set_mode")), "DENY_UNKNOWN_ACTION", "is set with set_state, not set_mode"),
+        (dict(i=intent(value="on")), "DENY_ARGUMENTS", "takes true or false; got 'on'"),
+        (dict(may=False), "DENY_SCOPE", "agent may not write device front-lock"),
+        (dict(i=intent(based_on=(Observation("temperature", NOW_MS - 5000),))), "DENY_SENSOR", "is 5.0 s old"),
+        (dict(i=intent(based_on=(Observation("temperature", NOW_MS + 60_000),))), "DENY_SENSOR", "from the future"),
+        (dict(i=intent(based_on=(Observation("temperature", float("nan")),))), "DENY_SENSOR", "no valid timestamp"),
+        (dict(i=intent(based_on=(Observation("pressure", NOW_MS),))), "DENY_SENSOR", "no sensor 'pressure'"),
+        (dict(device=replace(DEVICE, online=False)), "DEVICE_GONE", "is offline; nothing was sent"),
+    ],
+)
+def test_each_refusal_has_its_code_and_says_why(facts: dict, code: str, message: str) -> None:
+    decision = run(facts.pop("i", intent()), **facts)
+    assert (decision.outcome, decision.code) == ("final", code)
+    assert message in decision.message
+
+
+def test_checks_run_in_order_the_first_failure_decides() -> None:
+    everything_wrong = intent(actuator="bolt", action="set_mode", value="ajar",
+                              based_on=(Observation("temperature", 0),))
+    offline = replace(DEVICE, online=False)
+    assert run(everything_wrong, offline, may=False).code == "DENY_ARGUMENTS"
+    assert run(replace(everything_wrong, value="unlocked"), offline, may=False).code == "DENY_SCOPE"
+    assert run(replace(everything_wrong, value="unlocked"), offline).code == "DENY_SENSOR"
+    fresh = replace(everything_wrong, value="unlocked", based_on=())
+    assert run(fresh, offline).outcome == "await_approval"  # approval is asked before the device is checked
+    assert run(fresh, offline, approvals=[approval()]).code == "DEVICE_GONE"
+
+
+def test_high_risk_waits_for_approval_until_the_window_closes() -> None:
+    waiting = run(intent(actuator="bolt", action="set_mode", value="unlocked"))
+    assert waiting.outcome == "await_approval" and waiting.expires_at == NOW - timedelta(seconds=1) + timedelta(minutes=5)
+    assert "corral approve unlock-1" in waiting.message
+    expired = run(intent(actuator="bolt", action="set_mode", value="unlocked", created_at=NOW - timedelta(minutes=6)))
+    assert (expired.code, "expired" in expired.message) == ("DENY_APPROVAL", True)
+
+
+def test_a_valid_approval_lets_it_execute_and_is_consumed() -> None:
+    decision = run(intent(actuator="bolt", action="set_mode", value="unlocked"), approvals=[approval()])
+    assert (decision.outcome, decision.approvals) == ("execute", ("ok-1",))
+
+
+def test_a_deny_from_a_valid_approver_is_denied_by_approver() -> None:
+    decision = run(intent(actuator="bolt", action="set_mode", value="unlocked"),
+                   approvals=[approval(decision="Deny", reason="not while we are away")])
+    assert (decision.code, decision.message) == ("DENIED_BY_APPROVER", "Denied by alice: not while we are away.")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (dict(approver="agent"), "agent cannot approve their own request"),
+        (dict(intent_uid="11111111-2222-3333-4444-555555555555"), "it is for another Intent"),
+        (dict(params_hash="b" * 64), "other parameters"),
+        (dict(consumed=True), "already used"),
+        (dict(approver_may_approve=False), "alice does not hold the 'approve' verb"),
+        (dict(created_at=NOW - timedelta(minutes=6)), "expired"),
+        (dict(expires_at=NOW - timedelta(seconds=1)), "expired"),
+        # An approval cannot extend itself past the policy's lifetime.
+        (dict(created_at=NOW - timedelta(minutes=6), expires_at=NOW + timedelta(hours=1)), "expired"),
+    ],
+)
+def test_approvals_that_must_not_count_end_the_intent_with_deny_approval(bad: dict, message: str) -> None:
+    decision = run(intent(actuator="bolt", action="set_mode", value="unlocked"), approvals=[approval(**bad)])
+    assert decision.code == "DENY_APPROVAL" and message in decision.message
+
+
+def test_critical_risk_can_require_two_distinct_approvers() -> None:
+    policy = Policy(approvals_required={"low": 0, "medium": 1, "high": 2, "critical": 2})
+    one = run(intent(actuator="bolt", action="set_mode", value="unlocked"), approvals=[approval()], policy=policy)
+    same_twice = run(intent(actuator="bolt", action="set_mode", value="unlocked"), policy=policy,
+                     approvals=[approval(), approval(name="ok-2")])
+    two = run(intent(actuator="bolt", action="set_mode", value="unlocked"), policy=policy,
+              approvals=[approval(), approval(name="ok-2", approver="bob")])
+    assert one.outcome == same_twice.outcome == "await_approval"
+    assert (two.outcome, set(two.approvals)) == ("execute", {"ok-1", "ok-2"})
+
+
+def test_config_level_actions_need_the_config_verb() -> None:
+    decision = run(intent(actuator="firmware", action="set_version", value="1.1.0"), may=False)
+    assert decision.code == "DENY_SCOPE" and "'config' verb" in decision.message
+
+
+def test_idempotency_same_request_is_dedup_and_a_reused_name_is_a_conflict() -> None:
+    spec = {"device": "lamp", "actuator": "power", "action": "set_state", "params": {"value": 16},
+            "reason": "dark", "requester": "agent"}
+    assert compare(spec, {**spec, "reason": "it is dark"}) == "DEDUP"
+    assert compare(spec, {**spec, "params": {"value": 16.0}}) == "DEDUP"
+    assert compare(spec, {**spec, "params": {"value": 17}}) == "DENY_ID_CONFLICT"
+    assert compare(spec, {**spec, "requester": "someone-else"}) == "DENY_ID_CONFLICT"
+    assert params_hash("home", spec) == params_hash("home", {**spec, "requester": "x", "reason": "y"})
+    assert params_hash("home", spec) != params_hash("lab", spec)
+
+
+values = st.one_of(st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=8), st.none())
+
+
+@given(
+    actuator=st.sampled_from(["bolt", "light", "firmware", "siren"]),
+    action=st.sampled_from(["set_mode", "set_state", "set_version", "toggle"]),
+    value=values,
+    may=st.booleans(),
+    online=st.booleans() | st.none(),
+    age_ms=st.floats(min_value=-5000, max_value=10_000) | st.none(),
+    with_approval=st.booleans(),
+)
+def test_every_input_gets_exactly_one_outcome_and_only_safe_ones_execute(
+    actuator: str, action: str, value: object, may: bool, online: bool | None, age_ms: float | None,
+    with_approval: bool,
+) -> None:
+    based_on = () if age_ms is None else (Observation("temperature", NOW_MS - age_ms),)
+    decision = run(intent(actuator=actuator, action=action, value=value, based_on=based_on),
+                   replace(DEVICE, online=online), may=may, approvals=[approval()] if with_approval else [])
+    assert (decision.outcome == "final") == (decision.code is not None)
+    assert decision.message
+    if decision.outcome == "execute":
+        target = CONTRACT.actuator(actuator)
+        assert target is not None and target.action == action and may and online
+        assert age_ms is None or -1000 <= age_ms <= 2000
+        assert target.risk == "low" or with_approval
