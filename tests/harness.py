@@ -102,3 +102,17 @@ def kubectl(plane: Plane, *args: str, context: str | None = None, check: bool = 
     if context:
         command.append(f"--context={context}")
     return subprocess.run([*command, *args], capture_output=True, text=True, check=check, timeout=60)
+
+
+def wait_until_allowed(client: kubernetes.client.ApiClient, verb: str, namespace: str, resource: str,
+                       group: str = "corral.dev", timeout_s: float = 10.0) -> None:
+    """RBAC changes reach the authorizer through a watch; wait until this client may do verb."""
+    authz = kubernetes.client.AuthorizationV1Api(client)
+
+    def allowed() -> bool:
+        review = authz.create_self_subject_access_review(
+            {"spec": {"resourceAttributes": {"group": group, "resource": resource, "verb": verb, "namespace": namespace}}}
+        )
+        return bool(review.status.allowed)
+
+    wait_for(allowed, f"permission to {verb} {resource} in {namespace}", timeout_s=timeout_s)

@@ -10,6 +10,7 @@ from corral.devices.messages import Ack
 from corral.devices.telemetry import Coalescing, SensorBuffer
 from corral.devices.messages import Sample
 from corral.reconcile import conditions
+from corral.reconcile.intents import _owned_target
 from corral.reconcile.workqueue import WorkQueue
 
 TEMP = Sensor.model_validate({"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}})
@@ -88,3 +89,15 @@ def test_a_missing_ack_times_out_and_leaves_nothing_behind() -> None:
         raise AssertionError("no timeout")
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_intents_repeat_the_target_fields_they_already_own_so_apply_does_not_drop_them() -> None:
+    device = {
+        "metadata": {"managedFields": [
+            {"manager": "corral-intents", "operation": "Apply",
+             "fieldsV1": {"f:spec": {"f:target": {"f:fan": {}, "f:gone": {}}}}},
+            {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {"f:target": {"f:light": {}}}}},
+        ]},
+        "spec": {"target": {"fan": "high", "light": True}},
+    }
+    assert _owned_target(device, "corral-intents") == {"fan": "high"}

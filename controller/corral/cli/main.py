@@ -7,6 +7,7 @@ import click
 from corral import __version__
 from corral.cli.crds import crds
 from corral.cli.dev import dev
+from corral.cli.intents import approve, deny, intents
 from corral.cli.run import run
 from corral.cli.sim import sim
 
@@ -19,6 +20,9 @@ def cli() -> None:
 
 cli.add_command(crds)
 cli.add_command(dev)
+cli.add_command(intents)
+cli.add_command(approve)
+cli.add_command(deny)
 cli.add_command(run)
 cli.add_command(sim)
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+from datetime import timedelta
 
 import click
 import kopf
@@ -14,7 +15,9 @@ import kubernetes
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
+from corral.decide.decision import Policy
 from corral.reconcile.handlers import build_registry
+from corral.reconcile.intents import IntentSettings
 
 
 @click.command()
@@ -32,6 +35,16 @@ from corral.reconcile.handlers import build_registry
 @click.option("--deadband", "deadbands", multiple=True, metavar="METRIC=VALUE",
               help="Absolute change of a metric that is written sooner than the interval (repeatable); "
                    "default: 2% of the sensor's range.")
+@click.option("--approvals", "approvals", multiple=True, metavar="RISK=N",
+              help="Approvals an Intent of this risk needs (repeatable); default low=0 medium=1 high=1 critical=1.")
+@click.option("--freshness", type=float, default=2.0, show_default=True,
+              help="Seconds a sensor reading an Intent relies on (basedOn) may be old.")
+@click.option("--approval-window", type=float, default=300.0, show_default=True,
+              help="Seconds an Intent waits for approval, and an approval stays good.")
+@click.option("--intent-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for the device to report an executed Intent's value.")
+@click.option("--intent-ttl", type=float, default=86400.0, show_default=True,
+              help="Seconds finished Intents are kept before they are deleted.")
 @click.option("--health-port", type=int, default=8080, show_default=True,
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
@@ -47,6 +60,11 @@ def run(
     command_timeout: float,
     status_interval: float,
     deadbands: tuple[str, ...],
+    approvals: tuple[str, ...],
+    freshness: float,
+    approval_window: float,
+    intent_timeout: float,
+    intent_ttl: float,
     health_port: int,
     require_signatures: bool,
     signing_keys: str | None,
@@ -78,7 +96,20 @@ def run(
         raise click.BadParameter(str(err), param_hint="--mqtt") from None
     if watch_namespaces and namespace not in watch_namespaces:
         raise click.UsageError(f"--namespace {namespace} must be one of the watched namespaces, or its Devices go unseen")
-    asyncio.run(_operate(config, health_port, list(watch_namespaces)))
+    required = dict(Policy().approvals_required)
+    for pair in approvals:
+        risk, _, count = pair.partition("=")
+        if risk not in required or not count.isdigit():
+            raise click.BadParameter(f"{pair!r}: use RISK=N with RISK one of {', '.join(required)}",
+                                     param_hint="--approvals")
+        required[risk] = int(count)
+    intent_settings = IntentSettings(
+        policy=Policy(approvals_required=required, freshness=timedelta(seconds=freshness),
+                      approval_window=timedelta(seconds=approval_window)),
+        execution_timeout_s=intent_timeout,
+        ttl=timedelta(seconds=intent_ttl),
+    )
+    asyncio.run(_operate(config, intent_settings, health_port, list(watch_namespaces)))
 
 
 def _parse_deadbands(pairs: tuple[str, ...]) -> dict[str, float]:
@@ -104,13 +135,14 @@ def _load_kube_config() -> None:
         raise click.ClickException(f"no Kubernetes credentials: {err} (set KUBECONFIG or run in a cluster)") from None
 
 
-async def _operate(config: ControllerConfig, health_port: int, namespaces: list[str]) -> None:
+async def _operate(config: ControllerConfig, intent_settings: IntentSettings, health_port: int,
+                   namespaces: list[str]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await kopf.operator(
-        registry=build_registry(config),
+        registry=build_registry(config, intent_settings),
         clusterwide=not namespaces,
         namespaces=namespaces,
         standalone=True,

@@ -74,7 +74,7 @@ def plan(
         except InvalidValue as err:
             invalid[actuator_id] = str(err)
             continue
-        if _same(reported.get(actuator_id), value):
+        if same_value(reported.get(actuator_id), value):
             continue
         if actuator_id in reached:
             drifted.append(actuator_id)
@@ -87,7 +87,8 @@ def plan(
     return Plan(commands=commands, invalid=invalid, drifted=drifted)
 
 
-def _same(reported: object, wanted: Value) -> bool:
+def same_value(reported: object, wanted: Value) -> bool:
+    """Whether a reported value is the wanted one (1 is not True; 40 is 40.0)."""
     if isinstance(wanted, bool) or isinstance(reported, bool):
         return reported is wanted
     if isinstance(wanted, (int, float)) and isinstance(reported, (int, float)):

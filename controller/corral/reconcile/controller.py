@@ -28,7 +28,7 @@ from corral.contract.signature import verify
 from corral.devices import messages
 from corral.devices.commands import CommandTimeout, CommandTracker
 from corral.devices.link import Inbound, MqttLink
-from corral.devices.plan import Command, plan
+from corral.devices.plan import Command, plan, same_value
 from corral.devices.topics import Topics
 from corral.reconcile import conditions
 from corral.reconcile.config import ControllerConfig
@@ -39,6 +39,10 @@ from corral.reconcile.workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 RETAINED_GRACE_S = 3.0
+
+
+class DeviceRefused(Exception):
+    """The device answered a command with an error (its ack's `error`)."""
 
 
 def rfc3339(moment: datetime) -> str:
@@ -73,6 +77,8 @@ class DeviceController:
         self.rejected_messages = 0
         self._announced_duplicates: set[str] = set()
         self._link_up_since = 0.0
+        # device id -> (actuator, wanted value, future): Intents waiting for the device to report a value.
+        self._expectations: dict[str, list[tuple[str, Any, asyncio.Future[dict[str, Any]]]]] = {}
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -320,6 +326,7 @@ class DeviceController:
                                   "Warning")
                 return
             if not ack.ok:
+                self._settle(rt.device_id, refused=(command.actuator, ack.error or "refused without a reason"))
                 self._backoff(rt)
                 await self._event(body, "CommandFailed", "Command",
                                   f"The device refused command {command.id}: {ack.error}", "Warning")
@@ -347,8 +354,52 @@ class DeviceController:
             return
         self._apply_reported(rt, dict(ack.state), cause="state read after the device came online", body=body)
 
+    # Expectations (for Intents) ---------------------------------------------------------
+
+    def expect(self, device_id: str, actuator: str, value: Any) -> asyncio.Future[dict[str, Any]]:
+        """A future for the device's full state once it reports `actuator == value`.
+
+        It fails with DeviceRefused when the device refuses a command for that actuator.
+        """
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        rt = self.fleet.get(device_id)
+        if rt is not None and rt.state_known and same_value(rt.reported.get(actuator), value):
+            future.set_result(dict(rt.reported))
+        else:
+            self._expectations.setdefault(device_id, []).append((actuator, value, future))
+        return future
+
+    def _settle(self, device_id: str, state: dict[str, Any] | None = None, refused: tuple[str, str] | None = None) -> None:
+        waiting = self._expectations.get(device_id, [])
+        still = []
+        for actuator, value, future in waiting:
+            if future.done():
+                continue
+            if state is not None and same_value(state.get(actuator), value):
+                future.set_result(dict(state))
+            elif refused is not None and refused[0] == actuator:
+                future.set_exception(DeviceRefused(refused[1]))
+            else:
+                still.append((actuator, value, future))
+        if still:
+            self._expectations[device_id] = still
+        else:
+            self._expectations.pop(device_id, None)
+
+    def device_for(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, DeviceRuntime | None]:
+        """The Device object and what the controller knows of its device, if it is the bound one."""
+        body = self.devices.get((namespace, name))
+        if body is None:
+            return None, None
+        device_id = (body.get("spec") or {}).get("deviceId")
+        bound = self.devices.bound(device_id) if device_id else []
+        if not bound or bound[0] is not body:
+            return body, None
+        return body, self.fleet.get(device_id)
+
     def _apply_reported(self, rt: DeviceRuntime, state: dict[str, Any], cause: str, body: dict[str, Any] | None = None) -> None:
         rt.state_known = True
+        self._settle(rt.device_id, state=state)
         if state == rt.reported:
             return
         before, rt.reported = rt.reported, state

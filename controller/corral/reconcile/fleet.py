@@ -76,6 +76,9 @@ class DeviceCache:
             self._by_device_id.pop(device_id, None)
         return device_id
 
+    def get(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        return self._bodies.get(key)
+
     def bound(self, device_id: str) -> list[dict[str, Any]]:
         """Devices claiming device_id, oldest first (the oldest wins a duplicate claim)."""
         bodies = [self._bodies[k] for k in self._by_device_id.get(device_id, ())]

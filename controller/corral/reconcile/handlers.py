@@ -19,14 +19,15 @@ from corral.audit.events import EventRecorder
 from corral.contract.signature import load_public_key
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.controller import DeviceController
+from corral.reconcile.intents import IntentController, IntentSettings
 from corral.reconcile.kube import Kube
 
 log = logging.getLogger(__name__)
 
 
-def build_registry(config: ControllerConfig) -> kopf.OperatorRegistry:
+def build_registry(config: ControllerConfig, intent_settings: IntentSettings | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-    state: dict[str, DeviceController] = {}
+    state: dict[str, Any] = {}
 
     @kopf.on.login(registry=registry)
     def login(settings: kopf.OperatorSettings, logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -46,12 +47,19 @@ def build_registry(config: ControllerConfig) -> kopf.OperatorRegistry:
             raw = await kube.read_secret_data(namespace, name)
             keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
             log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
-        controller = DeviceController(config, kube, EventRecorder(api_client), signing_keys=keys)
+        recorder = EventRecorder(api_client)
+        controller = DeviceController(config, kube, recorder, signing_keys=keys)
+        intents = IntentController(intent_settings or IntentSettings(), kube, recorder, controller)
         await controller.start()
+        await intents.start()
         state["controller"] = controller
+        state["intents"] = intents
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
+        intents = state.pop("intents", None)
+        if intents is not None:
+            await intents.stop()
         controller = state.pop("controller", None)
         if controller is not None:
             await controller.stop()
@@ -62,6 +70,18 @@ def build_registry(config: ControllerConfig) -> kopf.OperatorRegistry:
         if controller is not None:
             # kopf reports the objects found by its initial listing with type None.
             controller.on_device_event(event.get("type") or "ADDED", dict(body))
+
+    @kopf.on.event(GROUP, VERSION, "intents", registry=registry)
+    def intent_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+        intents = state.get("intents")
+        if intents is not None:
+            intents.on_intent_event(event.get("type") or "ADDED", dict(body))
+
+    @kopf.on.event(GROUP, VERSION, "approvals", registry=registry)
+    def approval_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+        intents = state.get("intents")
+        if intents is not None:
+            intents.on_approval_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.probe(id="mqtt", registry=registry)
     def mqtt_probe(**_: Any) -> bool:

@@ -8,6 +8,7 @@ because "no write when nothing changed" is a promise that tests measure.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any
 
@@ -16,6 +17,14 @@ import kubernetes
 from corral.api.base import GROUP, VERSION
 
 FIELD_MANAGER = "corral-controller"
+# Executed Intents own the target fields they set, under their own name, so that
+# a person's `kubectl apply --server-side` and an agent's Intent never overwrite
+# each other silently: whoever comes second gets a conflict.
+INTENTS_FIELD_MANAGER = "corral-intents"
+
+
+class FieldConflict(Exception):
+    """Server-side apply refused: another field manager owns the field."""
 _APPLY = "application/apply-patch+yaml"
 
 
@@ -24,6 +33,7 @@ class Kube:
         self.api_client = api_client
         self._objects = kubernetes.client.CustomObjectsApi(api_client)
         self._core = kubernetes.client.CoreV1Api(api_client)
+        self._authz = kubernetes.client.AuthorizationV1Api(api_client)
         self.status_writes: Counter[str] = Counter()
 
     async def apply_device_status(self, namespace: str, name: str, status: dict[str, Any], reason: str) -> None:
@@ -81,6 +91,82 @@ class Kube:
             items += listed["items"]
         return items
 
+    async def apply_status(self, plural: str, namespace: str, name: str, kind: str, status: dict[str, Any],
+                           reason: str) -> None:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "status": status}
+        await asyncio.to_thread(
+            self._objects.patch_namespaced_custom_object_status,
+            GROUP, VERSION, namespace, plural, name, body,
+            field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY,
+        )
+        self.status_writes[reason] += 1
+
+    async def apply_intent_target(self, namespace: str, device: str, target: dict[str, Any], intent: str) -> dict[str, Any]:
+        """Apply spec.target entries as `corral-intents`, without force: a field owned by someone else is a conflict."""
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Device",
+            "metadata": {"name": device, "annotations": {"corral.dev/intent": intent}},
+            "spec": {"target": target},
+        }
+        try:
+            return await asyncio.to_thread(
+                self._objects.patch_namespaced_custom_object,
+                GROUP, VERSION, namespace, "devices", device, body,
+                field_manager=INTENTS_FIELD_MANAGER, _content_type=_APPLY,
+            )
+        except kubernetes.client.ApiException as err:
+            if err.status == 409:
+                raise FieldConflict(_status_message(err)) from None
+            raise
+
+    async def may(self, user: str, verb: str, namespace: str, device: str) -> bool:
+        """SubjectAccessReview: may `user` do `verb` on devices/`device` (group corral.dev) in `namespace`?"""
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": _implied_groups(user),
+                "resourceAttributes": {
+                    "group": GROUP, "resource": "devices", "verb": verb, "name": device, "namespace": namespace,
+                },
+            },
+        }
+        answer = await asyncio.to_thread(self._authz.create_subject_access_review, review)
+        return bool(answer.status.allowed)
+
+    async def delete_intent(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self._objects.delete_namespaced_custom_object, GROUP, VERSION, namespace, "intents", name,
+                body={"preconditions": {"uid": uid}},
+            )
+        except kubernetes.client.ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
     async def read_secret_data(self, namespace: str, name: str) -> dict[str, str]:
         secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
         return dict(secret.data or {})
+
+
+def _status_message(err: kubernetes.client.ApiException) -> str:
+    try:
+        return str(json.loads(err.body).get("message") or err.reason)
+    except (ValueError, TypeError, AttributeError):
+        return str(err.reason)
+
+
+def _implied_groups(user: str) -> list[str]:
+    """The groups Kubernetes gives a user by its name alone.
+
+    An Intent records only the requester's username, so group memberships from
+    an identity provider are not known here; grant Corral's verbs to users and
+    ServiceAccounts, not to groups of people (see docs).
+    """
+    groups = ["system:authenticated"]
+    if user.startswith("system:serviceaccount:"):
+        namespace = user.split(":")[2] if user.count(":") >= 3 else ""
+        groups += ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    return groups

@@ -1,0 +1,325 @@
+"""Intents and approvals end to end: three identities, real RBAC, real firmware, every decision code.
+
+reader may read devices; operator may write them (and, to try self-approval,
+approve); approver may approve. Each acts with its own ServiceAccount token,
+as an agent or a person would. Executions are counted on the simulated hardware.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from corral.api.base import API_VERSION, GROUP, VERSION
+from corral.client.intents import decide_on, submit, wait_settled
+from corral.devcluster.plane import Plane
+from corral_sim.fleet import Faults
+from tests.controller_harness import ControllerProcess, device, set_target
+from tests.fleet_harness import on_fleet, running_fleet
+from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+
+pytestmark = pytest.mark.integration
+
+FLEET = {"kitchen-light": "light", "front-lock": "lock", "hall-fan": "env_fan"}
+
+
+@dataclass
+class Home:
+    namespace: str
+    prefix: str
+    fleet: Any
+    reader: kubernetes.client.ApiClient
+    operator: kubernetes.client.ApiClient
+    approver: kubernetes.client.ApiClient
+    admin: kubernetes.client.ApiClient
+
+    def user(self, name: str) -> str:
+        return f"system:serviceaccount:{self.namespace}:{name}"
+
+    def applies(self, device_id: str) -> list[tuple[str, Any]]:
+        return on_fleet(self.fleet, lambda: [(a, v) for a, v, _ in self.fleet.devices[device_id].board.applied])
+
+
+ROLES = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: {device_verbs}}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [create, get, list]}}
+- {{apiGroups: [corral.dev], resources: [approvals], verbs: {approval_verbs}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]
+"""
+
+
+@pytest.fixture
+def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[Home]:
+    prefix = f"int-{uuid.uuid4().hex[:8]}"
+    grants = {
+        "reader": ("[get, list, read, listen]", "[get]"),
+        "operator": ("[get, list, read, listen, write, approve]", "[get, create]"),
+        "approver": ("[get, list, read, approve]", "[get, list, create]"),
+    }
+    clients = {}
+    for name, (device_verbs, approval_verbs) in grants.items():
+        apply_yaml(corral_api, ROLES.format(name=name, namespace=namespace, device_verbs=device_verbs,
+                                            approval_verbs=approval_verbs), namespace)
+        clients[name] = api_client(plane, token=service_account_token(corral_api, namespace, name))
+        wait_until_allowed(clients[name], "get", namespace, "devices")
+    with running_fleet(plane, prefix, FLEET) as fleet:
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
+                                       "--intent-timeout", "4", "--approval-window", "60")
+        controller.start()
+        try:
+            wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
+                     "every device registered and in sync", timeout_s=30)
+            yield Home(namespace, prefix, fleet, clients["reader"], clients["operator"], clients["approver"], corral_api)
+        finally:
+            controller.stop()
+
+
+def spec(home: Home, who: str, device_name: str, actuator: str, action: str, value: Any, **extra: Any) -> dict[str, Any]:
+    return {"device": device_name, "actuator": actuator, "action": action, "params": {"value": value},
+            "reason": "test", "requester": home.user(who), **extra}
+
+
+def ask(home: Home, who: str, client: kubernetes.client.ApiClient, *args: Any, **extra: Any) -> dict[str, Any]:
+    name = f"req-{uuid.uuid4().hex[:8]}"
+    submitted = submit(client, home.namespace, name, spec(home, who, *args, **extra))
+    assert submitted.code == "CREATED"
+    return wait_settled(client, home.namespace, name, timeout_s=20)
+
+
+def status(intent: dict[str, Any]) -> tuple[str | None, str | None]:
+    s = intent.get("status") or {}
+    return s.get("phase"), s.get("code")
+
+
+def test_a_low_risk_write_by_an_operator_executes_with_before_and_after(home: Home) -> None:
+    intent = ask(home, "operator", home.operator, "kitchen-light", "power", "set_state", True)
+    assert status(intent) == ("Succeeded", "EXECUTED")
+    assert intent["status"]["before"]["power"] is False and intent["status"]["after"]["power"] is True
+    assert home.applies("kitchen-light").count(("power", True)) == 1
+    assert device(home.admin, home.namespace, "kitchen-light")["spec"]["target"]["power"] is True
+
+
+def test_the_same_request_twice_runs_once_and_a_reused_name_is_a_conflict(home: Home) -> None:
+    request = spec(home, "operator", "kitchen-light", "brightness", "set_value", 35)
+    first = submit(home.operator, home.namespace, "dim-35", request)
+    wait_settled(home.operator, home.namespace, "dim-35", timeout_s=20)
+    again = submit(home.operator, home.namespace, "dim-35", {**request, "reason": "said again"})
+    other = submit(home.operator, home.namespace, "dim-35", {**request, "params": {"value": 80}})
+    assert (first.code, again.code, other.code) == ("CREATED", "DEDUP", "DENY_ID_CONFLICT")
+    assert status(again.intent) == ("Succeeded", "EXECUTED")
+    assert home.applies("kitchen-light").count(("brightness", 35)) == 1
+
+
+@pytest.mark.parametrize(
+    ("who", "args", "extra", "code", "message"),
+    [
+        ("operator", ("kitchen-light", "siren", "set_state", True), {}, "DENY_UNKNOWN_ACTION", "no actuator 'siren'"),
+        ("operator", ("kitchen-light", "power", "set_value", 1), {}, "DENY_UNKNOWN_ACTION", "set with set_state"),
+        ("operator", ("kitchen-light", "brightness", "set_value", 140), {}, "DENY_ARGUMENTS", "from 0 to 100"),
+        ("reader", ("kitchen-light", "power", "set_state", True), {}, "DENY_SCOPE", "'write' verb"),
+        ("operator", ("kitchen-light", "firmware", "set_version", "1.3.0"), {}, "DENY_SCOPE", "'config' verb"),
+        ("operator", ("hall-fan", "fan", "set_level", "high"),
+         {"basedOn": [{"metric": "temperature", "ts": 1_000}]}, "DENY_SENSOR", "s old"),
+        ("operator", ("ghost-device", "power", "set_state", True), {}, "DEVICE_GONE", "does not exist"),
+    ],
+)
+def test_refusals_carry_their_code_and_reason_and_nothing_reaches_a_device(
+    home: Home, who: str, args: tuple[Any, ...], extra: dict[str, Any], code: str, message: str
+) -> None:
+    before = {d: len(home.applies(d)) for d in FLEET}
+    intent = ask(home, who, getattr(home, who), *args, **extra)
+    assert status(intent)[1] == code
+    assert message in intent["status"]["message"]
+    assert {d: len(home.applies(d)) for d in FLEET} == before
+
+
+def test_a_fresh_observation_is_accepted(home: Home) -> None:
+    now_ms = int(time.time() * 1000)
+    intent = ask(home, "operator", home.operator, "hall-fan", "fan", "set_level", "mid",
+                 basedOn=[{"metric": "temperature", "ts": now_ms}])
+    assert status(intent) == ("Succeeded", "EXECUTED")
+
+
+def test_a_high_risk_write_waits_for_an_approver_then_runs_exactly_once(home: Home) -> None:
+    intent = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
+    assert status(intent) == ("AwaitingApproval", None)
+    assert home.applies("front-lock").count(("locked", True)) == 0
+    decide_on(home.approver, home.namespace, intent["metadata"]["name"], "Approve", "leaving the house")
+    done = wait_for(lambda: (i := wait_settled(home.operator, home.namespace, intent["metadata"]["name"], 10))
+                    and status(i)[0] in ("Succeeded", "Denied", "Failed") and i, "the approved Intent to finish",
+                    timeout_s=20)
+    assert status(done) == ("Succeeded", "EXECUTED")
+    assert home.applies("front-lock").count(("locked", True)) == 1
+    approval = kubernetes.client.CustomObjectsApi(home.admin).list_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "approvals")["items"][0]
+    assert approval["status"]["consumed"] is True
+
+
+def _settled_final(home: Home, name: str) -> dict[str, Any]:
+    return wait_for(lambda: (i := wait_settled(home.admin, home.namespace, name, 10))
+                    and status(i)[0] in ("Succeeded", "Denied", "Failed") and i, f"Intent {name} to finish",
+                    timeout_s=20)
+
+
+def _approval(home: Home, intent: dict[str, Any], approver: str, **changes: Any) -> dict[str, Any]:
+    body = {
+        "apiVersion": API_VERSION, "kind": "Approval",
+        "metadata": {"name": f"apr-{uuid.uuid4().hex[:8]}"},
+        "spec": {"intent": {"name": intent["metadata"]["name"], "uid": intent["metadata"]["uid"]},
+                 "paramsHash": intent["status"]["paramsHash"], "decision": "Approve",
+                 "approver": home.user(approver), **changes},
+    }
+    client = getattr(home, approver)
+    return kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "approvals", body)
+
+
+def test_a_denial_ends_the_intent_denied_by_approver(home: Home) -> None:
+    intent = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", False)
+    decide_on(home.approver, home.namespace, intent["metadata"]["name"], "Deny", "not while the kids are out")
+    done = _settled_final(home, intent["metadata"]["name"])
+    assert status(done) == ("Denied", "DENIED_BY_APPROVER")
+    assert "not while the kids are out" in done["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("attack", "message"),
+    [
+        ("self-approval", "cannot approve their own request"),
+        ("other-parameters", "other parameters"),
+        ("expired", "expired"),
+        ("replay", "for another Intent"),
+    ],
+)
+def test_approvals_that_must_not_count_end_in_deny_approval_and_run_nothing(home: Home, attack: str, message: str) -> None:
+    intent = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
+    before = home.applies("front-lock").count(("locked", True))
+    if attack == "self-approval":
+        _approval(home, intent, "operator")
+    elif attack == "other-parameters":
+        _approval(home, intent, "approver", paramsHash="0" * 64)
+    elif attack == "expired":
+        _approval(home, intent, "approver", expiresAt=(datetime.now(UTC) - timedelta(minutes=1)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"))
+    else:
+        earlier = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
+        replayed = dict(intent)
+        replayed["metadata"] = {**intent["metadata"], "uid": earlier["metadata"]["uid"]}
+        _approval(home, replayed, "approver")
+    done = _settled_final(home, intent["metadata"]["name"])
+    assert status(done) == ("Denied", "DENY_APPROVAL")
+    assert message in done["status"]["message"]
+    assert home.applies("front-lock").count(("locked", True)) == before
+
+
+def test_a_requester_cannot_pretend_to_be_someone_else(home: Home) -> None:
+    forged = spec(home, "approver", "kitchen-light", "power", "set_state", True)
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        submit(home.operator, home.namespace, "in-your-name", forged)
+    assert refused.value.status == 403
+    assert "must be your own username" in yaml.safe_load(refused.value.body)["message"]
+
+
+def test_an_offline_device_is_device_gone(home: Home) -> None:
+    on_fleet(home.fleet, lambda: home.fleet.drop_link("hall-fan", down_s=30))
+    wait_for(lambda: device(home.admin, home.namespace, "hall-fan")["status"]["online"] is False, "the fan offline")
+    intent = ask(home, "operator", home.operator, "hall-fan", "fan", "set_level", "low")
+    assert status(intent) == ("Failed", "DEVICE_GONE")
+
+
+def test_a_device_that_does_not_answer_in_time_is_timeout(plane: Plane, home: Home) -> None:
+    # A device whose acks take 6 s, longer than the controller's 4 s intent timeout.
+    with running_fleet(plane, home.prefix, {"slow-light": "light"}, faults=Faults(ack_delay_ms=6000)):
+        wait_for(lambda: (device(home.admin, home.namespace, "slow-light").get("status") or {}).get("online"),
+                 "the slow light registered and online", timeout_s=30)
+        intent = ask(home, "operator", home.operator, "slow-light", "power", "set_state", True)
+    assert status(intent) == ("Failed", "TIMEOUT")
+    assert "did not report power=True within 4 s" in intent["status"]["message"]
+
+
+def test_a_field_a_person_manages_is_not_overwritten_the_intent_fails(home: Home) -> None:
+    set_target(home.admin, home.namespace, "hall-fan", {"fan": "low"})  # server-side apply as "kubectl"
+    intent = ask(home, "operator", home.operator, "hall-fan", "fan", "set_level", "high")
+    assert status(intent) == ("Failed", "FAILED")
+    assert "managed by someone else" in intent["status"]["message"]
+    assert device(home.admin, home.namespace, "hall-fan")["spec"]["target"]["fan"] == "low"
+
+
+def _kubeconfig_for(plane: Plane, token: str, path: Path) -> Path:
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "plane", "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}],
+        "users": [{"name": "me", "user": {"token": token}}],
+        "contexts": [{"name": "me", "context": {"cluster": "plane", "user": "me"}}],
+        "current-context": "me",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_people_list_and_approve_pending_intents_with_the_cli(
+    plane: Plane, home: Home, corral_api: kubernetes.client.ApiClient, tmp_path: Path
+) -> None:
+    intent = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
+    kubeconfig = _kubeconfig_for(plane, service_account_token(corral_api, home.namespace, "approver"),
+                                 tmp_path / "approver.kubeconfig")
+    corral = [str(Path(sys.executable).parent / "corral")]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    listed = subprocess.run([*corral, "intents", "-n", home.namespace], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert intent["metadata"]["name"] in listed.stdout and "AwaitingApproval" in listed.stdout
+    approved = subprocess.run([*corral, "approve", intent["metadata"]["name"], "-n", home.namespace,
+                               "--reason", "expected"], capture_output=True, text=True, env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert f"approved by {home.user('approver')}" in approved.stdout
+    assert status(_settled_final(home, intent["metadata"]["name"])) == ("Succeeded", "EXECUTED")
+
+    again = subprocess.run([*corral, "approve", intent["metadata"]["name"], "-n", home.namespace],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 1 and "is not waiting for approval (phase Succeeded)" in again.stderr
+
+
+def test_finished_intents_are_deleted_after_their_ttl(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    prefix = f"ttl-{uuid.uuid4().hex[:8]}"
+    with running_fleet(plane, prefix, {"ttl-light": "light"}):
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--intent-ttl", "2")
+        controller.start()
+        try:
+            wait_for(lambda: (device(corral_api, namespace, "ttl-light").get("status") or {}).get("online"),
+                     "the light online", timeout_s=30)
+            apply_yaml(corral_api, ROLES.format(name="operator", namespace=namespace, device_verbs="[get, write]",
+                                                approval_verbs="[get]"), namespace)
+            operator = api_client(plane, token=service_account_token(corral_api, namespace, "operator"))
+            wait_until_allowed(operator, "write", namespace, "devices")
+            request = {"device": "ttl-light", "actuator": "power", "action": "set_state", "params": {"value": True},
+                       "reason": "test", "requester": f"system:serviceaccount:{namespace}:operator"}
+            submit(operator, namespace, "short-lived", request)
+            assert status(wait_settled(operator, namespace, "short-lived", 20)) == ("Succeeded", "EXECUTED")
+            objects = kubernetes.client.CustomObjectsApi(corral_api)
+            wait_for(lambda: not objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "intents")["items"],
+                     "the finished Intent deleted after its TTL", timeout_s=15)
+        finally:
+            controller.stop()
