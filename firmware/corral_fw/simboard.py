@@ -68,6 +68,7 @@ class SimBoard:
         self.device_id = device_id
         self.outputs = {}
         self.applied = []
+        self.jammed = set()
         self.sensors = {}
         for spec in contract.get("sensors", []):
             metric = spec["metric"]
@@ -91,8 +92,17 @@ class SimBoard:
         return None if sensor is None else sensor.read(self.outputs)
 
     def apply(self, actuator_id: str, value, units: int) -> None:
+        if actuator_id in self.jammed:
+            raise OSError("jammed: the actuator did not move")
         self.outputs[actuator_id] = value
         self.applied.append((actuator_id, value, units))
+
+    def jam(self, actuator_id: str, jammed: bool = True) -> None:
+        """A fault: the actuator stops moving (a stuck motor, a welded relay); the firmware reports the failure."""
+        if jammed:
+            self.jammed.add(actuator_id)
+        else:
+            self.jammed.discard(actuator_id)
 
     def input_level(self, name: str):
         sim_input = self.inputs.get(name)

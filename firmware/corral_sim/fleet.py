@@ -254,6 +254,12 @@ class Fleet:
         device.board.change_input(name, value, self.clock.ms(), bounce_ms)
         self._schedule_tick(device, self.clock.ms())
 
+    def jam(self, device_id: str, actuator_id: str, jammed: bool = True) -> None:
+        """The device's actuator stops moving; commands to it fail with an error ack until unjammed."""
+        device = self.devices[device_id]
+        if device.board is not None:
+            device.board.jam(actuator_id, jammed)
+
     def set_locally(self, device_id: str, actuator_id: str, value: Any) -> None:
         """A person changes an actuator at the device (not through MQTT); the firmware reports its new state."""
         device = self.devices[device_id]

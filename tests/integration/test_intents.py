@@ -96,7 +96,8 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
 
 
 def spec(home: Home, who: str, device_name: str, actuator: str, action: str, value: Any, **extra: Any) -> dict[str, Any]:
-    return {"device": device_name, "actuator": actuator, "action": action, "params": {"value": value},
+    params = {} if action == "read" else {"params": {"value": value}}
+    return {"device": device_name, "actuator": actuator, "action": action, **params,
             "reason": "test", "requester": home.user(who), **extra}
 
 
@@ -258,6 +259,14 @@ def test_a_device_that_does_not_answer_in_time_is_timeout(plane: Plane, home: Ho
     assert "did not report power=True within 4 s" in intent["status"]["message"]
 
 
+def test_a_device_that_acks_an_error_fails_the_intent(home: Home) -> None:
+    on_fleet(home.fleet, lambda: home.fleet.jam("kitchen-light", "brightness"))
+    intent = ask(home, "operator", home.operator, "kitchen-light", "brightness", "set_value", 65)
+    assert status(intent) == ("Failed", "FAILED")
+    assert "The device refused" in intent["status"]["message"] and "jammed" in intent["status"]["message"]
+    assert ("brightness", 65) not in home.applies("kitchen-light")
+
+
 def test_a_field_a_person_manages_is_not_overwritten_the_intent_fails(home: Home) -> None:
     set_target(home.admin, home.namespace, "hall-fan", {"fan": "low"})  # server-side apply as "kubectl"
     intent = ask(home, "operator", home.operator, "hall-fan", "fan", "set_level", "high")
@@ -323,3 +332,43 @@ def test_finished_intents_are_deleted_after_their_ttl(
                      "the finished Intent deleted after its TTL", timeout_s=15)
         finally:
             controller.stop()
+
+
+def test_a_request_nobody_approves_expires_as_deny_approval(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    prefix = f"exp-{uuid.uuid4().hex[:8]}"
+    with running_fleet(plane, prefix, {"shed-lock": "lock"}) as fleet:
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--approval-window", "2")
+        controller.start()
+        try:
+            wait_for(lambda: (device(corral_api, namespace, "shed-lock").get("status") or {}).get("online"),
+                     "the lock online", timeout_s=30)
+            apply_yaml(corral_api, ROLES.format(name="operator", namespace=namespace, device_verbs="[get, write]",
+                                                approval_verbs="[get]"), namespace)
+            operator = api_client(plane, token=service_account_token(corral_api, namespace, "operator"))
+            wait_until_allowed(operator, "write", namespace, "devices")
+            request = {"device": "shed-lock", "actuator": "locked", "action": "set_state", "params": {"value": True},
+                       "reason": "test", "requester": f"system:serviceaccount:{namespace}:operator"}
+            submit(operator, namespace, "unattended", request)
+            assert status(wait_settled(operator, namespace, "unattended", 10)) == ("AwaitingApproval", None)
+            expired = wait_for(
+                lambda: (i := wait_settled(operator, namespace, "unattended", 1)) and status(i)[0] == "Denied" and i,
+                "the unapproved Intent to expire", timeout_s=15,
+            )
+        finally:
+            controller.stop()
+        assert status(expired) == ("Denied", "DENY_APPROVAL")
+        assert "No approval arrived within" in expired["status"]["message"]
+        assert ("locked", True) not in on_fleet(fleet, lambda: [(a, v) for a, v, _ in fleet.devices["shed-lock"].board.applied])
+
+
+def test_a_read_is_answered_from_the_device_and_changes_no_target(home: Home) -> None:
+    wait_for(lambda: device(home.admin, home.namespace, "hall-fan")["status"].get("sensors"),
+             "the fan's first telemetry", timeout_s=15)
+    before = device(home.admin, home.namespace, "hall-fan")["spec"].get("target")
+    intent = ask(home, "reader", home.reader, "hall-fan", "fan", "read", None)
+    assert status(intent) == ("Succeeded", "EXECUTED")
+    assert "read from the device just now" in intent["status"]["message"]
+    assert "fan" in intent["status"]["after"] and "temperature" in intent["status"]["after"]
+    assert device(home.admin, home.namespace, "hall-fan")["spec"].get("target") == before

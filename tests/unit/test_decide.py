@@ -185,3 +185,13 @@ def test_every_input_gets_exactly_one_outcome_and_only_safe_ones_execute(
         assert target is not None and target.action == action and may and online
         assert age_ms is None or -1000 <= age_ms <= 2000
         assert target.risk == "low" or with_approval
+
+
+def test_a_read_needs_the_read_verb_and_an_online_device_but_no_approval() -> None:
+    read = intent(actuator="bolt", action="read", value=None)
+    assert run(read).outcome == "execute" and run(read).level == "read"
+    assert run(intent(actuator="temperature", action="read", value=None)).outcome == "execute"
+    assert run(read, may=False).code == "DENY_SCOPE"
+    assert run(read, replace(DEVICE, online=False)).code == "DEVICE_GONE"
+    unknown = run(intent(actuator="pressure", action="read", value=None))
+    assert unknown.code == "DENY_UNKNOWN_ACTION" and "Readable: bolt, light, firmware, temperature" in unknown.message

@@ -66,8 +66,10 @@ def structural(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> di
             merged[key] = {name: structural(child, defs, f"{path}.{name}") for name, child in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             merged[key] = structural(value, defs, f"{path}[]")
+        elif key == "x-kubernetes-validations":
+            merged[key] = [*merged.get(key, []), *value]  # the type's rules and the field's rules both hold
         else:
-            merged[key] = value  # a field's own description and rules win over its type's
+            merged[key] = value  # a field's own description wins over its type's
 
     if "type" not in merged and not merged.get("x-kubernetes-preserve-unknown-fields"):
         raise SchemaError(f"{path or '<root>'}: no type; structural schemas need one")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text512, Text1024
 from corral.contract.allowlist import ActionKind
@@ -29,6 +29,11 @@ Phase = Literal["Pending", "AwaitingApproval", "Executing", "Succeeded", "Denied
 Level = Literal["read", "listen", "write", "config"]
 
 
+# Every action kind of the contract allow-list, plus `read`: a fresh read of one actuator or sensor,
+# answered from the device without changing any target.
+IntentAction = Literal[(*get_args(ActionKind), "read")]  # type: ignore[valid-type]
+
+
 class Params(KubeModel):
     """Parameters of the action."""
 
@@ -48,14 +53,25 @@ class Observation(KubeModel):
 class IntentSpec(KubeModel):
     """What is asked, by whom and why. Immutable: an Intent is a request, not a desired state."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.action == 'read' || has(self.params)",
+                 "message": "params.value is required: every action but read sets a target value"}
+            ]
+        }
+    )
+
     device: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = Field(
         description="Name of the Device in the Intent's namespace."
     )
     actuator: Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)] = Field(
-        description="Actuator id from the device's contract."
+        description="Actuator id from the device's contract (for read: an actuator id or a sensor metric)."
     )
-    action: ActionKind = Field(description="Action kind; must be the one the actuator's contract names.")
-    params: Params = Field(description="Parameters of the action.")
+    action: IntentAction = Field(
+        description="Action kind; must be the one the actuator's contract names, or read for a fresh read."
+    )
+    params: Params | None = Field(default=None, description="Parameters of the action; every action but read needs one.")
     reason: Text512 = Field(
         min_length=1, description="Why the requester wants this, in a sentence. At most 512 characters."
     )
@@ -65,6 +81,12 @@ class IntentSpec(KubeModel):
     based_on: Annotated[list[Observation], Field(max_length=16)] = Field(
         default_factory=list, description="Sensor readings the request relies on, checked for freshness."
     )
+
+    @model_validator(mode="after")
+    def _params_unless_read(self) -> IntentSpec:
+        if self.action != "read" and self.params is None:
+            raise ValueError("params.value is required: every action but read sets a target value")
+        return self
 
 
 class IntentStatus(KubeModel):

@@ -95,6 +95,8 @@ def decide(
         where = "does not exist" if not device.exists else "has no accepted contract"
         return _final("DEVICE_GONE", f"Device {intent.device} {where}; nothing was sent.")
     contract = device.contract
+    if intent.action == "read":
+        return _decide_read(intent, device, contract, requester_may, now, policy)
 
     actuator = contract.actuator(intent.actuator)
     if actuator is None or actuator.action != intent.action:
@@ -135,7 +137,7 @@ def decide(
             if now >= expires_at:
                 return _final(
                     "DENY_APPROVAL",
-                    f"No approval arrived within {_minutes(policy.approval_window)} of the request; it expired.",
+                    f"No approval arrived within {_duration(policy.approval_window)} of the request; it expired.",
                     actuator.risk, actuator.level,
                 )
             return Decision(
@@ -150,6 +152,26 @@ def decide(
         return _final("DEVICE_GONE", f"Device {intent.device} is offline; nothing was sent.", actuator.risk, actuator.level)
 
     return Decision("execute", None, "Checks passed.", actuator.risk, actuator.level, value, approvals=consumed)
+
+
+def _decide_read(
+    intent: IntentFacts, device: DeviceFacts, contract: Contract, requester_may: bool, now: datetime, policy: Policy
+) -> Decision:
+    """A fresh read changes nothing on the device: it needs the read verb and an online device, no approval."""
+    readable = [a.id for a in contract.actuators] + [s.metric for s in contract.sensors]
+    if intent.actuator not in readable:
+        return _final("DENY_UNKNOWN_ACTION",
+                      f"Device {intent.device} has nothing named {intent.actuator!r} to read. "
+                      f"Readable: {', '.join(readable) or 'nothing'}.")
+    if not requester_may:
+        return _final("DENY_SCOPE", f"{intent.requester} may not read device {intent.device}: reading needs the "
+                      f"'read' verb on devices/{intent.device} (corral.dev).", "low", "read")
+    sensor_problem = _check_observations(intent, device, contract, now, policy)
+    if sensor_problem is not None:
+        return _final("DENY_SENSOR", sensor_problem, "low", "read")
+    if not device.online:
+        return _final("DEVICE_GONE", f"Device {intent.device} is offline; it cannot be read now.", "low", "read")
+    return Decision("execute", None, "Checks passed.", "low", "read")
 
 
 def _check_observations(
@@ -178,6 +200,8 @@ def _final(code: Code, message: str, risk: Risk | None = None, level: str | None
     return Decision("final", code, message, risk, level)
 
 
-def _minutes(delta: timedelta) -> str:
-    minutes = delta.total_seconds() / 60
-    return f"{minutes:g} minute{'s' if minutes != 1 else ''}"
+def _duration(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds < 120:
+        return f"{seconds:g} seconds"
+    return f"{seconds / 60:g} minutes"

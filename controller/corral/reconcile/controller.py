@@ -386,6 +386,21 @@ class DeviceController:
         else:
             self._expectations.pop(device_id, None)
 
+    async def read_state(self, device_id: str) -> dict[str, Any]:
+        """The device's full state, asked from the device now (get_state); TimeoutError if it does not answer."""
+        command = {"id": f"read-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
+        try:
+            ack = await self.tracker.send(
+                device_id, lambda payload: self.link.publish(self.topics.of(device_id, "cmd"), payload),
+                command, self.config.command_timeout_s,
+            )
+        except CommandTimeout as err:
+            raise TimeoutError(str(err)) from None
+        rt = self.fleet.get(device_id)
+        if rt is not None:
+            self._apply_reported(rt, dict(ack.state), cause="read by an Intent")
+        return dict(ack.state)
+
     def device_for(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, DeviceRuntime | None]:
         """The Device object and what the controller knows of its device, if it is the bound one."""
         body = self.devices.get((namespace, name))

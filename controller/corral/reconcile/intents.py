@@ -111,8 +111,9 @@ class IntentController:
         digest = params_hash(namespace, spec)
         requester_may = False
         actuator = device_facts.contract.actuator(facts.actuator) if device_facts.contract else None
-        if actuator is not None:
-            requester_may = await self.kube.may(facts.requester, actuator.level, namespace, facts.device)
+        level = "read" if facts.action == "read" else (actuator.level if actuator is not None else None)
+        if level is not None and device_facts.contract is not None:
+            requester_may = await self.kube.may(facts.requester, level, namespace, facts.device)
         approvals = await self._approvals_for(body, facts.device)
         now = datetime.now(UTC)
         decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy)
@@ -128,6 +129,8 @@ class IntentController:
                 await self._event(body, "AwaitingApproval", "Decide", decision.message)
             if decision.expires_at is not None:
                 self.queue.add_after(_key(key), max(0.1, (decision.expires_at - now).total_seconds() + 0.1))
+        elif facts.action == "read":
+            await self._read(body, device_body, base)
         else:
             await self._begin_execution(body, device_body, decision, base)
 
@@ -140,7 +143,7 @@ class IntentController:
             device=spec["device"],
             actuator=spec["actuator"],
             action=spec["action"],
-            value=(spec.get("params") or {}).get("value"),
+            value=(spec.get("params") or {}).get("value"),  # none for a read
             requester=spec["requester"],
             created_at=created,
             based_on=tuple(Observation(o["metric"], o["ts"], o.get("deviceId")) for o in spec.get("basedOn") or []),
@@ -196,6 +199,29 @@ class IntentController:
                 "message": f"Used by Intent {body['metadata']['name']}",
             }, "approval-consumed")
         await self._execute(body, resumed=False)
+
+    async def _read(self, body: dict[str, Any], device_body: dict[str, Any] | None, base: dict[str, Any]) -> None:
+        """Answer from the device itself: its state now, and its latest sensor readings."""
+        spec = body["spec"]
+        _, rt = self.devices.device_for(body["metadata"]["namespace"], spec["device"])
+        assert rt is not None
+        try:
+            state = await self.devices.read_state(rt.device_id)
+        except TimeoutError:
+            await self._finish(body, device_body, "TIMEOUT",
+                               f"The device did not answer the read within {self.devices.config.command_timeout_s:g} s.",
+                               base)
+            return
+        readings = {metric: sample.value for metric, sample in rt.buffer.latest.items()}
+        item = spec["actuator"]
+        if item in state:
+            found = f"{item}={state[item]!r}, read from the device just now"
+        else:
+            sample = rt.buffer.latest.get(item)
+            age = (datetime.now(UTC).timestamp() * 1000 - sample.ts) / 1000 if sample else None
+            found = f"{item}={sample.value!r}, measured {age:.1f} s ago" if sample else f"{item}: no reading yet"
+        await self._finish(body, device_body, "EXECUTED", f"Read {found}.",
+                           {**base, "after": {**readings, **state}})
 
     async def _execute(self, body: dict[str, Any], resumed: bool) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
