@@ -44,8 +44,17 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         keys = {}
         if config.signing_keys_secret:
             namespace, _, name = config.signing_keys_secret.partition("/")
-            raw = await kube.read_secret_data(namespace, name)
-            keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
+            try:
+                raw = await kube.read_secret_data(namespace, name)
+                keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
+            except kubernetes.client.ApiException as err:
+                raise kopf.PermanentError(
+                    f"cannot read the signing keys Secret {config.signing_keys_secret}: {err.status} {err.reason}"
+                ) from None
+            except ValueError as err:
+                raise kopf.PermanentError(f"Secret {config.signing_keys_secret}: {err}") from None
+            if not keys:
+                raise kopf.PermanentError(f"Secret {config.signing_keys_secret} holds no signing keys")
             log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
         recorder = EventRecorder(api_client)
         controller = DeviceController(config, kube, recorder, signing_keys=keys)
