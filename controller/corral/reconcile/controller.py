@@ -386,6 +386,10 @@ class DeviceController:
         else:
             self._expectations.pop(device_id, None)
 
+    def still_listening(self) -> bool:
+        """True right after (re)connecting, while retained messages may still tell of devices."""
+        return not self.link.connected.is_set() or time.monotonic() - self._link_up_since < RETAINED_GRACE_S
+
     async def read_state(self, device_id: str) -> dict[str, Any]:
         """The device's full state, asked from the device now (get_state); TimeoutError if it does not answer."""
         command = {"id": f"read-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}

@@ -106,6 +106,10 @@ class IntentController:
             await self._execute(body, resumed=True)
             return
         facts, device_facts, device_body = self._facts(body)
+        if device_body is not None and not device_facts.exists and self.devices.still_listening():
+            # Just (re)started: the device may announce itself in a moment; do not call it gone yet.
+            self.queue.add_after(_key(key), 1.0)
+            return
         spec = body["spec"]
         namespace = key[0]
         digest = params_hash(namespace, spec)
