@@ -170,3 +170,27 @@ def cmd(command_id: str, action: str, actuator: str | None = None, value: Any = 
 
 def firmware(fleet: Fleet, device_id: str) -> Any:
     return on_fleet(fleet, lambda: fleet.devices[device_id].firmware)
+
+
+def hardware_applies(fleet: Fleet, device_id: str) -> list[tuple[str, Any]]:
+    """What the simulated hardware of a device was told to do (actuator, value), in order."""
+    return on_fleet(fleet, lambda: [(a, v) for a, v, _units in fleet.devices[device_id].board.applied])
+
+
+def publish(port: int, messages: list[tuple[str, str | bytes, bool]]) -> None:
+    """Publish (topic, payload, retain) messages with QoS 1 from a short-lived client, and wait until sent."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"pub-{uuid.uuid4().hex[:8]}")
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        for topic, payload, retain in messages:
+            client.publish(topic, payload, qos=1, retain=retain).wait_for_publish(5)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def announce(plane: Plane, prefix: str, device_id: str, info: dict[str, Any]) -> None:
+    """What a device does on connect, from a test: retained info (any contract, valid or not) and online."""
+    publish(plane.mqtt_port, [(f"{prefix}/{device_id}/info", json.dumps(info), True),
+                              (f"{prefix}/{device_id}/status", "online", True)])

@@ -38,7 +38,7 @@ from tests.controller_harness import (
     set_target,
     status_write_count,
 )
-from tests.fleet_harness import on_fleet, running_fleet
+from tests.fleet_harness import announce, hardware_applies, on_fleet, running_fleet
 from tests.harness import kubectl, wait_for
 
 pytestmark = pytest.mark.integration
@@ -47,11 +47,6 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def prefix() -> str:
     return f"ctl-{uuid.uuid4().hex[:8]}"
-
-
-def hardware_applies(fleet: Any, device_id: str) -> list[tuple[str, Any]]:
-    """What the simulated hardware was told to do, across the device's whole life."""
-    return on_fleet(fleet, lambda: [(a, v) for a, v, _units in fleet.devices[device_id].board.applied])
 
 
 def reported(client: kubernetes.client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -81,12 +76,9 @@ def test_home_preset_registers_every_device_online_and_identical_devices_share_a
         for name in set(capability_of.values()):
             capability = objects.get_cluster_custom_object(GROUP, VERSION, "capabilities", name)
             assert name.endswith(capability["spec"]["contentHash"][:16])
-        online = [line for line in _kubectl_get_devices(plane, namespace) if line.split()[1] == "true"]
+        listed_by_kubectl = kubectl(plane, "get", "devices", "-n", namespace, "--no-headers").stdout.splitlines()
+        online = [line for line in listed_by_kubectl if line.split()[1] == "true"]
         assert len(online) == len(home)
-
-
-def _kubectl_get_devices(plane: Plane, namespace: str) -> list[str]:
-    return kubectl(plane, "get", "devices", "-n", namespace, "--no-headers").stdout.splitlines()
 
 
 def test_a_new_target_reaches_the_device_once_even_if_the_controller_is_killed_before_the_ack(
@@ -158,18 +150,6 @@ def test_offline_shows_within_the_will_and_a_returning_device_gets_its_pending_t
     assert seen_offline_after < 10
 
 
-def _publish_retained(plane: Plane, prefix: str, device_id: str, info: dict[str, Any]) -> None:
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-{device_id}-pub")
-    client.connect("127.0.0.1", plane.mqtt_port)
-    client.loop_start()
-    try:
-        client.publish(f"{prefix}/{device_id}/info", json.dumps(info), qos=1, retain=True).wait_for_publish(5)
-        client.publish(f"{prefix}/{device_id}/status", "online", qos=1, retain=True).wait_for_publish(5)
-    finally:
-        client.disconnect()
-        client.loop_stop()
-
-
 def test_a_contract_with_an_unknown_action_kind_is_refused_and_the_device_stays_inert(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -177,7 +157,7 @@ def test_a_contract_with_an_unknown_action_kind_is_refused_and_the_device_stays_
     rogue["device_id"] = "back-door"
     rogue["actuators"] = [*rogue["actuators"], {"id": "all_doors", "name": "All doors", "type": "bool",
                                                 "action": "unlock_everything", "risk": "low", "level": "write"}]
-    _publish_retained(plane, prefix, "back-door", rogue)
+    announce(plane, prefix, "back-door", rogue)
     objects = kubernetes.client.CustomObjectsApi(corral_api)
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "devices", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": "back-door"},
@@ -206,7 +186,7 @@ def test_a_changed_contract_is_recorded_with_its_diff(
         upgraded = dict(contract_for("env_fan"))
         upgraded["device_id"] = "attic-fan"
         upgraded["fw"] = "1.3.0"
-        _publish_retained(plane, prefix, "attic-fan", upgraded)
+        announce(plane, prefix, "attic-fan", upgraded)
         changed = wait_for(lambda: [e for e in events(corral_api, namespace, "attic-fan") if e.reason == "ContractChanged"],
                            "a ContractChanged Event", timeout_s=20)
         assert "fw: 1.2.0 -> 1.3.0" in changed[0].note
@@ -249,7 +229,7 @@ def test_no_status_writes_at_all_while_nothing_changes(
     info = {"name": "Thermometer", "model": "still-thermometer", "fw": "1.0.0",
             "sensors": [{"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}}]}
     for device_id in ids:
-        _publish_retained(plane, prefix, device_id, {**info, "device_id": device_id})
+        announce(plane, prefix, device_id, {**info, "device_id": device_id})
     stop = threading.Event()
 
     def steady_telemetry() -> None:
@@ -382,7 +362,7 @@ def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_acc
         info = {**contract_for("relay"), "device_id": device_id}
         if key is not None:
             info["signature"] = sign(Contract.model_validate(info), key)
-        _publish_retained(plane, prefix, device_id, info)
+        announce(plane, prefix, device_id, info)
     with running_controller(plane, namespace, prefix, tmp_path,
                             "--require-signatures", "--signing-keys", f"{namespace}/contract-keys"):
         wait_for(lambda: (device(corral_api, namespace, "signed-plug").get("status") or {}).get("capability"),

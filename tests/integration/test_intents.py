@@ -27,7 +27,7 @@ from corral.client.intents import decide_on, submit, wait_settled
 from corral.devcluster.plane import Plane
 from corral_sim.fleet import Faults
 from tests.controller_harness import ControllerProcess, device, set_target
-from tests.fleet_harness import on_fleet, running_fleet
+from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ class Home:
         return f"system:serviceaccount:{self.namespace}:{name}"
 
     def applies(self, device_id: str) -> list[tuple[str, Any]]:
-        return on_fleet(self.fleet, lambda: [(a, v) for a, v, _ in self.fleet.devices[device_id].board.applied])
+        return hardware_applies(self.fleet, device_id)
 
 
 ROLES = """
@@ -69,6 +69,16 @@ subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]
 """
 
 
+def grant(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, name: str, device_verbs: str,
+          approval_verbs: str, wait_verb: str) -> kubernetes.client.ApiClient:
+    """A ServiceAccount `name` with a Role of these verbs; its client, once RBAC lets it `wait_verb` devices."""
+    apply_yaml(admin, ROLES.format(name=name, namespace=namespace, device_verbs=device_verbs,
+                                   approval_verbs=approval_verbs), namespace)
+    client = api_client(plane, token=service_account_token(admin, namespace, name))
+    wait_until_allowed(client, wait_verb, namespace, "devices")
+    return client
+
+
 @pytest.fixture
 def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[Home]:
     prefix = f"int-{uuid.uuid4().hex[:8]}"
@@ -79,10 +89,7 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
     }
     clients = {}
     for name, (device_verbs, approval_verbs) in grants.items():
-        apply_yaml(corral_api, ROLES.format(name=name, namespace=namespace, device_verbs=device_verbs,
-                                            approval_verbs=approval_verbs), namespace)
-        clients[name] = api_client(plane, token=service_account_token(corral_api, namespace, name))
-        wait_until_allowed(clients[name], "get", namespace, "devices")
+        clients[name] = grant(plane, corral_api, namespace, name, device_verbs, approval_verbs, "get")
     with running_fleet(plane, prefix, FLEET) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--intent-timeout", "4", "--approval-window", "60")
@@ -319,10 +326,7 @@ def test_finished_intents_are_deleted_after_their_ttl(
         try:
             wait_for(lambda: (device(corral_api, namespace, "ttl-light").get("status") or {}).get("online"),
                      "the light online", timeout_s=30)
-            apply_yaml(corral_api, ROLES.format(name="operator", namespace=namespace, device_verbs="[get, write]",
-                                                approval_verbs="[get]"), namespace)
-            operator = api_client(plane, token=service_account_token(corral_api, namespace, "operator"))
-            wait_until_allowed(operator, "write", namespace, "devices")
+            operator = grant(plane, corral_api, namespace, "operator", "[get, write]", "[get]", "write")
             request = {"device": "ttl-light", "actuator": "power", "action": "set_state", "params": {"value": True},
                        "reason": "test", "requester": f"system:serviceaccount:{namespace}:operator"}
             submit(operator, namespace, "short-lived", request)
@@ -344,10 +348,7 @@ def test_a_request_nobody_approves_expires_as_deny_approval(
         try:
             wait_for(lambda: (device(corral_api, namespace, "shed-lock").get("status") or {}).get("online"),
                      "the lock online", timeout_s=30)
-            apply_yaml(corral_api, ROLES.format(name="operator", namespace=namespace, device_verbs="[get, write]",
-                                                approval_verbs="[get]"), namespace)
-            operator = api_client(plane, token=service_account_token(corral_api, namespace, "operator"))
-            wait_until_allowed(operator, "write", namespace, "devices")
+            operator = grant(plane, corral_api, namespace, "operator", "[get, write]", "[get]", "write")
             request = {"device": "shed-lock", "actuator": "locked", "action": "set_state", "params": {"value": True},
                        "reason": "test", "requester": f"system:serviceaccount:{namespace}:operator"}
             submit(operator, namespace, "unattended", request)
@@ -360,7 +361,7 @@ def test_a_request_nobody_approves_expires_as_deny_approval(
             controller.stop()
         assert status(expired) == ("Denied", "DENY_APPROVAL")
         assert "No approval arrived within" in expired["status"]["message"]
-        assert ("locked", True) not in on_fleet(fleet, lambda: [(a, v) for a, v, _ in fleet.devices["shed-lock"].board.applied])
+        assert ("locked", True) not in hardware_applies(fleet, "shed-lock")
 
 
 def test_a_read_is_answered_from_the_device_and_changes_no_target(home: Home) -> None:

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from corral.devcluster.files import mosquitto_conf
@@ -16,6 +15,7 @@ from corral.devcluster.plane import find_mosquitto
 from corral.devcluster.processes import accepts_connections, free_port
 from corral.devices.link import Inbound, MqttLink
 from corral.devices.topics import Topics
+from tests.fleet_harness import publish
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.integration
@@ -34,15 +34,6 @@ def broker(port: int, directory: Path) -> Iterator[subprocess.Popen[bytes]]:
         proc.wait(5)
 
 
-def publish(port: int, topic: str, payload: bytes) -> None:
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-    client.connect("127.0.0.1", port)
-    client.loop_start()
-    client.publish(topic, payload, qos=1).wait_for_publish(5)
-    client.disconnect()
-    client.loop_stop()
-
-
 def test_the_link_reconnects_and_resubscribes_after_the_broker_restarts(tmp_path: Path) -> None:
     port = free_port()
 
@@ -53,14 +44,14 @@ def test_the_link_reconnects_and_resubscribes_after_the_broker_restarts(tmp_path
             await link.start()
             await asyncio.wait_for(link.connected.wait(), 10)
             await asyncio.sleep(0.2)  # the subscription is made right after CONNACK
-            await asyncio.to_thread(publish, port, "lnk/dev-1/telemetry", b"before")
+            await asyncio.to_thread(publish, port, [("lnk/dev-1/telemetry", b"before", False)])
             await _until(lambda: b"before" in received)
         # The broker is gone; the link notices and keeps retrying with backoff.
         await _until(lambda: not link.connected.is_set())
         with broker(port, tmp_path):
             await asyncio.wait_for(link.connected.wait(), 40)
             await asyncio.sleep(0.2)
-            await asyncio.to_thread(publish, port, "lnk/dev-1/telemetry", b"after")
+            await asyncio.to_thread(publish, port, [("lnk/dev-1/telemetry", b"after", False)])
             await _until(lambda: b"after" in received)
             reconnects = link.reconnects
             await link.stop()
@@ -94,7 +85,7 @@ def test_inbound_messages_arrive_on_the_event_loop_thread(tmp_path: Path) -> Non
             await link.start()
             await asyncio.wait_for(link.connected.wait(), 10)
             await asyncio.sleep(0.2)
-            await asyncio.to_thread(publish, port, "lnk/dev-1/status", b"online")
+            await asyncio.to_thread(publish, port, [("lnk/dev-1/status", b"online", False)])
             await _until(lambda: bool(seen))
             await link.stop()
         return all(seen)

@@ -71,7 +71,6 @@ class EventRecorder:
     def __init__(self, api_client: kubernetes.client.ApiClient, instance: str | None = None) -> None:
         self._events = kubernetes.client.EventsV1Api(api_client)
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
-        self.posted = 0
 
     async def post(
         self,
@@ -84,7 +83,6 @@ class EventRecorder:
         body = event_body(regarding, reason, action, note, type_, self.instance, datetime.now(UTC))
         try:
             await asyncio.to_thread(self._events.create_namespaced_event, body["metadata"]["namespace"], body)  # type: ignore[index]
-            self.posted += 1
         except kubernetes.client.ApiException as err:
             # An Event that cannot be posted must not stop the work it describes.
             log.warning("could not post Event %s on %s/%s: %s", reason, regarding.kind, regarding.name, err.reason)

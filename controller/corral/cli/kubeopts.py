@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
 import click
 import kubernetes
+
+from corral.client.errors import api_message
 
 
 def kube_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -29,13 +30,7 @@ def kube_options(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(client=client, namespace=namespace or default_namespace, **kwargs)
         except kubernetes.client.ApiException as err:
-            raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {_message(err)}") from None
+            raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}") from None
 
     return wrapper
 
-
-def _message(err: kubernetes.client.ApiException) -> str:
-    try:
-        return str(json.loads(err.body).get("message"))
-    except (ValueError, TypeError, AttributeError):
-        return str(err.body)[:300]

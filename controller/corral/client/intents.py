@@ -8,7 +8,6 @@ same name is refused (DENY_ID_CONFLICT). The gateway and the CLI both use it.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 import time
@@ -95,7 +94,3 @@ def decide_on(api_client: kubernetes.client.ApiClient, namespace: str, intent_na
     }
     return objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvals", body)
 
-
-async def submit_async(api_client: kubernetes.client.ApiClient, namespace: str, name: str,
-                       spec: dict[str, Any]) -> Submitted:
-    return await asyncio.to_thread(submit, api_client, namespace, name, spec)

@@ -74,7 +74,6 @@ class DeviceController:
         self.link = MqttLink(config.mqtt_url, self.topics, self.on_mqtt, on_connected=self._resync_all)
         self._workers: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
-        self.rejected_messages = 0
         self._announced_duplicates: set[str] = set()
         self._link_up_since = 0.0
         # device id -> (actuator, wanted value, future): Intents waiting for the device to report a value.
@@ -156,7 +155,6 @@ class DeviceController:
             elif kind == "event":
                 self._on_event(rt, message.payload)
         except messages.BadMessage as err:
-            self.rejected_messages += 1
             log.warning("device %s sent a bad %s message: %s", device_id, kind, err)
             if kind == "info":
                 self._refuse_contract(rt, str(err))
@@ -342,17 +340,21 @@ class DeviceController:
             reached.add(command.actuator)
 
     async def _sync_state(self, rt: DeviceRuntime, body: dict[str, Any]) -> None:
-        command = {"id": f"sync-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
         try:
-            ack = await self.tracker.send(
-                rt.device_id,
-                lambda payload: self.link.publish(self.topics.of(rt.device_id, "cmd"), payload),
-                command, self.config.command_timeout_s,
-            )
+            state = await self._get_state(rt.device_id)
         except CommandTimeout:
             self.queue.add_after(rt.device_id, self.config.backoff_min_s * 2)
             return
-        self._apply_reported(rt, dict(ack.state), cause="state read after the device came online", body=body)
+        self._apply_reported(rt, state, cause="state read after the device came online", body=body)
+
+    async def _get_state(self, device_id: str) -> dict[str, Any]:
+        """Ask the device for its full state now (get_state changes nothing); CommandTimeout if it does not answer."""
+        command = {"id": f"get-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
+        ack = await self.tracker.send(
+            device_id, lambda payload: self.link.publish(self.topics.of(device_id, "cmd"), payload),
+            command, self.config.command_timeout_s,
+        )
+        return dict(ack.state)
 
     # Expectations (for Intents) ---------------------------------------------------------
 
@@ -392,18 +394,14 @@ class DeviceController:
 
     async def read_state(self, device_id: str) -> dict[str, Any]:
         """The device's full state, asked from the device now (get_state); TimeoutError if it does not answer."""
-        command = {"id": f"read-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
         try:
-            ack = await self.tracker.send(
-                device_id, lambda payload: self.link.publish(self.topics.of(device_id, "cmd"), payload),
-                command, self.config.command_timeout_s,
-            )
+            state = await self._get_state(device_id)
         except CommandTimeout as err:
             raise TimeoutError(str(err)) from None
         rt = self.fleet.get(device_id)
         if rt is not None:
-            self._apply_reported(rt, dict(ack.state), cause="read by an Intent")
-        return dict(ack.state)
+            self._apply_reported(rt, state, cause="read by an Intent")
+        return state
 
     def device_for(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, DeviceRuntime | None]:
         """The Device object and what the controller knows of its device, if it is the bound one."""

@@ -83,14 +83,3 @@ class DeviceCache:
         """Devices claiming device_id, oldest first (the oldest wins a duplicate claim)."""
         bodies = [self._bodies[k] for k in self._by_device_id.get(device_id, ())]
         return sorted(bodies, key=lambda b: (b["metadata"].get("creationTimestamp") or "", b["metadata"]["name"]))
-
-    def device_ids(self) -> list[str]:
-        return list(self._by_device_id)
-
-    def capability_users(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for body in self._bodies.values():
-            name = (body.get("status") or {}).get("capability")
-            if name:
-                counts[name] = counts.get(name, 0) + 1
-        return counts

@@ -8,13 +8,13 @@ because "no write when nothing changed" is a promise that tests measure.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from typing import Any
 
 import kubernetes
 
 from corral.api.base import GROUP, VERSION
+from corral.client.errors import api_message
 
 FIELD_MANAGER = "corral-controller"
 # Executed Intents own the target fields they set, under their own name, so that
@@ -37,22 +37,7 @@ class Kube:
         self.status_writes: Counter[str] = Counter()
 
     async def apply_device_status(self, namespace: str, name: str, status: dict[str, Any], reason: str) -> None:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": name}, "status": status}
-        await asyncio.to_thread(
-            self._objects.patch_namespaced_custom_object_status,
-            GROUP, VERSION, namespace, "devices", name, body,
-            field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY,
-        )
-        self.status_writes[reason] += 1
-
-    async def apply_capability_status(self, name: str, status: dict[str, Any]) -> None:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Capability", "metadata": {"name": name}, "status": status}
-        await asyncio.to_thread(
-            self._objects.patch_cluster_custom_object_status,
-            GROUP, VERSION, "capabilities", name, body,
-            field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY,
-        )
-        self.status_writes["capability"] += 1
+        await self.apply_status("devices", namespace, name, "Device", status, reason)
 
     async def create_capability(self, body: dict[str, Any]) -> bool:
         """Create it; False if it already exists (identical content, since the name is the hash)."""
@@ -117,7 +102,7 @@ class Kube:
             )
         except kubernetes.client.ApiException as err:
             if err.status == 409:
-                raise FieldConflict(_status_message(err)) from None
+                raise FieldConflict(api_message(err)) from None
             raise
 
     async def may(self, user: str, verb: str, namespace: str, device: str) -> bool:
@@ -149,13 +134,6 @@ class Kube:
     async def read_secret_data(self, namespace: str, name: str) -> dict[str, str]:
         secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
         return dict(secret.data or {})
-
-
-def _status_message(err: kubernetes.client.ApiException) -> str:
-    try:
-        return str(json.loads(err.body).get("message") or err.reason)
-    except (ValueError, TypeError, AttributeError):
-        return str(err.reason)
 
 
 def _implied_groups(user: str) -> list[str]:
