@@ -8,6 +8,7 @@ from corral import __version__
 from corral.cli.crds import crds
 from corral.cli.dev import dev
 from corral.cli.intents import approve, deny, intents
+from corral.cli.mcp import mcp, tools
 from corral.cli.run import run
 from corral.cli.sim import sim
 
@@ -23,8 +24,10 @@ cli.add_command(dev)
 cli.add_command(intents)
 cli.add_command(approve)
 cli.add_command(deny)
+cli.add_command(mcp)
 cli.add_command(run)
 cli.add_command(sim)
+cli.add_command(tools)
 
 
 def main() -> None:

@@ -1,0 +1,128 @@
+"""`corral mcp` (the MCP gateway) and `corral tools` (the tools a caller would see, without an MCP client)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import click
+import kubernetes
+
+from corral.client.errors import api_message
+from corral.gateway.identity import Caller, kubeconfig_configuration
+from corral.gateway.view import CallerView, Capabilities
+
+
+def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kubernetes.client.Configuration, str]:
+    try:
+        config = kubeconfig_configuration(kubeconfig, context)
+        try:
+            _, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+        except kubernetes.config.ConfigException:
+            active = None  # in a cluster: no kubeconfig
+        if context:
+            contexts, _ = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+            active = next((c for c in contexts if c["name"] == context), active)
+    except (kubernetes.config.ConfigException, OSError) as err:
+        raise click.ClickException(f"cannot use the kubeconfig: {err} (set KUBECONFIG or --kubeconfig)") from None
+    return config, ((active or {}).get("context") or {}).get("namespace") or "default"
+
+
+@click.command()
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+              help="stdio: act as the kubeconfig's user. http: Streamable HTTP, each request acts as its bearer token.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig: the cluster (and, for stdio, the caller).")
+@click.option("--context", help="Kubeconfig context to use.")
+@click.option("--namespace", "-n", "namespaces", multiple=True, metavar="NS",
+              help="Namespace whose devices are served (repeatable); default: the context's, else default.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to listen on.")
+@click.option("--port", type=int, default=8000, show_default=True, help="HTTP: port to listen on.")
+@click.option("--public-url", help="HTTP: the URL agents use (default http://HOST:PORT/mcp); its host is allowed.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="HOST[:PORT]",
+              help="HTTP: another Host header to accept (repeatable), e.g. the Service name.")
+@click.option("--issuer-url", help="HTTP: the token issuer named in the protected-resource metadata "
+                                   "(default: the API server URL).")
+@click.option("--device-tools", is_flag=True, help="Also publish one tool per device actuator, {device}.{actuator}.{action}.")
+@click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
+              help="Seconds iot.control waits for an outcome before answering PENDING.")
+@click.option("--update-interval", type=float, default=1.0, show_default=True,
+              help="At most one update notice per resource per this many seconds.")
+@click.option("--access-refresh", type=float, default=30.0, show_default=True,
+              help="Seconds between reviews of a caller's RBAC rules.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
+def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
+        port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None,
+        device_tools: bool, wait_s: float, update_interval: float, access_refresh: float, verbose: bool) -> None:
+    """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config, default_namespace = _configuration(kubeconfig, context)
+    served = list(namespaces) or [default_namespace]
+    options: dict[str, Any] = {"device_tools_on": device_tools, "min_interval_s": update_interval,
+                               "access_refresh_s": access_refresh}
+    from corral.gateway.serve import http_app, serve_http, serve_stdio  # the SDK's server stack loads only here
+
+    if transport == "stdio":
+        asyncio.run(serve_stdio(config, served, wait_s=wait_s, **options))
+        return
+    url = public_url or f"http://{host}:{port}/mcp"
+    app = http_app(config, served, public_url=url, issuer_url=issuer_url or config.host,
+                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, **options)
+    click.echo(f"corral mcp: serving namespaces {', '.join(served)} at {url} (bearer: a Kubernetes token)", err=True)
+    asyncio.run(serve_http(app, host, port))
+
+
+@click.command()
+@click.option("--device", "-d", required=True, help="Device name (or namespace/name).")
+@click.option("--as", "as_user", metavar="USER", help="Show what this user would see (impersonation, as kubectl --as).")
+@click.option("--as-group", metavar="GROUP", help="Group to impersonate with --as.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")
+@click.option("--context", help="Kubeconfig context to use.")
+@click.option("--namespace", "-n", help="Namespace (default: the context's, else default).")
+def tools(device: str, as_user: str | None, as_group: str | None, kubeconfig: str | None, context: str | None,
+          namespace: str | None) -> None:
+    """Print the MCP tools a caller would see for one device (the CLI mirror of tools/list)."""
+    config, default_namespace = _configuration(kubeconfig, context)
+    if "/" in device:
+        namespace, _, device = device.partition("/")
+    namespace = namespace or default_namespace
+    caller = Caller(f"cli:{as_user}", config, impersonate=(as_user, as_group) if as_user else None)
+    try:
+        rows, who = asyncio.run(_tools_of(caller, namespace, device))
+    except kubernetes.client.ApiException as err:
+        raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}") from None
+    if rows is None:
+        raise click.ClickException(f"{who} cannot see a device {namespace}/{device}: it does not exist, or {who} "
+                                   "lacks get and the 'read' verb on it")
+    width = max(len(r[0]) for r in rows)
+    click.echo(f"{'TOOL'.ljust(width)}  HINTS")
+    for name, hints in rows:
+        click.echo(f"{name.ljust(width)}  {hints}")
+
+
+async def _tools_of(caller: Caller, namespace: str, device_name: str) -> tuple[list[tuple[str, str]] | None, str]:
+    view = CallerView(caller, [namespace], Capabilities(), device_tools_on=True)
+    try:
+        await view.start()
+        device = view.find(f"{namespace}/{device_name}")
+        if device is None:
+            return None, view.username or "you"
+        rows = []
+        for tool in view.tools():
+            ids = tool["inputSchema"].get("properties", {}).get("device_id", {}).get("enum")
+            if ids is None or device.id in ids:
+                rows.append((tool["name"], _hints(tool["annotations"])))
+        for name, (d, _, tool) in view.device_tool_map().items():
+            if d.id == device.id and not any(r[0] == name for r in rows):
+                rows.append((name, _hints(tool["annotations"])))
+        return rows, view.username or "you"
+    finally:
+        view.stop()
+
+
+def _hints(annotations: dict[str, Any]) -> str:
+    hints = [h for h, key in (("read-only", "readOnlyHint"), ("idempotent", "idempotentHint"),
+                              ("destructive", "destructiveHint")) if annotations.get(key)]
+    return ", ".join(hints)

@@ -1,0 +1,351 @@
+"""The MCP server: tools, resources and a prompt, answered from the caller's own view.
+
+Built on the SDK's low-level `Server`, so every tool schema is exactly what
+`toolset` derives from the contracts. Handlers resolve the caller first
+(stdio: the kubeconfig user; HTTP: the request's bearer token), then work
+only through that caller's `CallerView` and credentials. Blocking Kubernetes
+calls run in threads; the event loop never waits on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from corral import __version__
+from corral.api.base import GROUP, VERSION
+from corral.client.errors import api_message
+from corral.client.intents import FINAL_PHASES, submit
+from corral.gateway.identity import Caller
+from corral.gateway.toolset import OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
+from corral.gateway.view import CallerView, Views
+from corral.gateway.visible import INDEX_URI
+
+log = logging.getLogger(__name__)
+
+RESOURCE_NOT_FOUND = -32002
+INSTRUCTIONS = (
+    "Corral lets you read and operate physical devices. Start with iot.list_devices or iot.query, then ask for a "
+    "target state with iot.control; you only see devices and tools your Kubernetes permissions allow. High-risk "
+    "actions wait for a human (AWAITING_APPROVAL): report that and check back with iot.intent_status."
+)
+
+CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
+
+
+class GatewayServer(Server[Any]):
+    """Advertises list-changed notices on the handshake era too (the HTTP session manager asks without options)."""
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+                                      extensions: dict[str, dict[str, Any]] | None = None) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True, resources_changed=True),
+            experimental_capabilities, extensions)
+
+
+class Gateway:
+    def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0) -> None:
+        self.views = views
+        self.caller_of = caller_of
+        self.wait_s = wait_s
+        self.server = GatewayServer(
+            "corral", version=__version__, title="Corral", instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources, on_list_resource_templates=self.list_resource_templates,
+            on_read_resource=self.read_resource, on_subscribe_resource=self.subscribe,
+            on_unsubscribe_resource=self.unsubscribe, on_subscriptions_listen=self.listen,
+            on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt, on_completion=self.complete,
+        )
+
+    async def view(self, ctx: ServerRequestContext[Any, Any]) -> CallerView:
+        view = await self.views.of(self.caller_of(ctx))
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            view.audience.join(ctx.session)
+        return view
+
+    # ---- tools ------------------------------------------------------------------------------------------------
+
+    async def list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+        view = await self.view(ctx)
+        tools = view.memo.get("tools")
+        if tools is None:
+            tools = view.memo["tools"] = [types.Tool.model_validate(t) for t in view.tools()]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+                        ) -> types.CallToolResult:
+        view = await self.view(ctx)
+        name, args = params.name, dict(params.arguments or {})
+        if not any(t["name"] == name for t in view.tools()) and name not in view.device_tool_map():
+            # A tool the caller was not shown does not exist for it.
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+        try:
+            if name == "iot.list_devices":
+                return _ok({"devices": [d.summary() for d in view.visible()]})
+            if name == "iot.query":
+                return self._query(view, args)
+            if name == "iot.control":
+                return await self._control(view, args)
+            if name == "iot.intent_status":
+                return await self._intent_status(view, args)
+            if name in OVERLAY_TOOLS:
+                return await self._set_overlay(view, OVERLAY_TOOLS[name], args)
+            device, actuator, _ = view.device_tool_map()[name]
+            return await self._control(view, {**args, "device_id": device.id, "actuator": actuator.id,
+                                              "action": actuator.action, "params": {"value": args.get("value")}})
+        except ArgumentError as err:
+            return _error(str(err))
+        except kubernetes.client.ApiException as err:
+            return _error(f"The Kubernetes API refused: {err.status} {err.reason}: {api_message(err)}")
+
+    def _query(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
+        if args.get("device_id") in (None, ""):
+            return _ok({"devices": [d.summary() for d in view.visible()]})
+        device = _visible_device(view, args.get("device_id"))
+        return _ok({"device": device.detail(view.now())})
+
+    async def _control(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
+        device = _visible_device(view, args.get("device_id"))
+        if device.namespace not in view.grants().create_intents:
+            raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.")
+        request_id, spec = intent_spec(device, args, view.username or "", view.mqtt_id_of)
+        submitted = await asyncio.to_thread(_submit, view.caller, device.namespace, request_id, spec)
+        if submitted.code == "DENY_ID_CONFLICT":
+            return _ok(_outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message))
+        intent = await self._settle(view.caller, device.namespace, request_id)
+        outcome = _outcome(intent, request_id)
+        if submitted.code == "DEDUP":
+            outcome = {**outcome, "code": "DEDUP", "message": f"Same request as before ({outcome['code']}): "
+                                                               f"{outcome['message']} Nothing was run again."}
+        return _ok(outcome)
+
+    async def _settle(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+        """The Intent once it is final or awaiting approval, or as it is after `wait_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
+        while True:
+            intent = await asyncio.to_thread(_get_intent, caller, namespace, name)
+            phase = (intent.get("status") or {}).get("phase")
+            if phase in FINAL_PHASES or phase == "AwaitingApproval" or loop.time() > deadline:
+                return intent
+            await asyncio.sleep(0.02)
+
+    async def _intent_status(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
+        request_id = args.get("request_id")
+        if not isinstance(request_id, str) or not request_id:
+            raise ArgumentError("request_id is required: the one iot.control returned.")
+        for ns in view.namespaces:
+            if not view.access.may(ns, "get", "intents", name=request_id):
+                continue
+            try:
+                intent = await asyncio.to_thread(_get_intent, view.caller, ns, request_id)
+            except kubernetes.client.ApiException as err:
+                if err.status in (403, 404):
+                    continue
+                raise
+            return _ok(_outcome(intent, request_id))
+        raise ArgumentError(f"No request {request_id!r} that you can see.")
+
+    async def _set_overlay(self, view: CallerView, field: str, args: dict[str, Any]) -> types.CallToolResult:
+        device = _visible_device(view, args.get("device_id"))
+        if device not in view.patchable():
+            raise ArgumentError(f"You may not change Device {device.id}.")
+        argument = {"alias": "alias", "notes": "note", "location": "location"}[field]
+        text = clean_overlay(field, args.get(argument))
+        await asyncio.to_thread(_patch_overlay, view.caller, device.namespace, device.name, field, text)
+        return _ok({"device_id": device.id, "field": argument, "value": text})
+
+    # ---- resources --------------------------------------------------------------------------------------------
+
+    async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListResourcesResult:
+        view = await self.view(ctx)
+        resources = [types.Resource(uri=INDEX_URI, name="devices", title="Devices you can see",
+                                    mime_type="application/json")]
+        resources += [types.Resource(uri=d.uri, name=d.id, title=d.overlay.get("alias") or d.name,
+                                     mime_type="application/json", description="State, sensors and actions.")
+                      for d in view.visible()]
+        return types.ListResourcesResult(resources=resources)
+
+    async def list_resource_templates(self, ctx: ServerRequestContext[Any, Any], params: Any
+                                      ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            uri_template="corral://devices/{namespace}/{name}", name="device", title="One device",
+            mime_type="application/json", description="A device's state, sensors and actions, as iot.query gives them.")])
+
+    async def read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+                            ) -> types.ReadResourceResult:
+        view = await self.view(ctx)
+        uri = str(params.uri)
+        if uri == INDEX_URI:
+            data: Any = {"devices": [d.summary() for d in view.visible()]}
+        else:
+            device = view.find(uri.removeprefix("corral://devices/")) if uri.startswith("corral://devices/") else None
+            if device is None or device.uri != uri:
+                raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+            data = device.detail(view.now())
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=uri, mime_type="application/json", text=json.dumps(data, separators=(",", ":")))])
+
+    async def subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+                        ) -> types.EmptyResult:
+        view = await self.view(ctx)
+        uri = str(params.uri)
+        if not _may_listen(view, uri):
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+        view.audience.subscribe(ctx.session, uri)
+        return types.EmptyResult()
+
+    async def unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+                          ) -> types.EmptyResult:
+        view = await self.view(ctx)
+        view.audience.unsubscribe(ctx.session, str(params.uri))
+        return types.EmptyResult()
+
+    async def listen(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+                     ) -> types.SubscriptionsListenResult:
+        view = await self.view(ctx)
+        wanted = params.notifications.resource_subscriptions or []
+        allowed = [uri for uri in wanted if _may_listen(view, uri)]
+        if len(allowed) != len(wanted):
+            # URIs the caller may not follow are dropped silently: an error would confirm they exist.
+            params = params.model_copy(update={"notifications": params.notifications.model_copy(
+                update={"resource_subscriptions": allowed})})
+        return await view.audience.listen(ctx, params)
+
+    # ---- prompts ----------------------------------------------------------------------------------------------
+
+    async def list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[types.Prompt(
+            name="diagnose_device", title="Diagnose a device",
+            description="Walk through a device's state, contract and recent events to find out what is wrong.",
+            arguments=[types.PromptArgument(name="device_id", description="namespace/name from iot.list_devices",
+                                            required=True)])])
+
+    async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+                         ) -> types.GetPromptResult:
+        if params.name != "diagnose_device":
+            raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
+        view = await self.view(ctx)
+        device = view.find((params.arguments or {}).get("device_id"))
+        if device is None:
+            raise MCPError(types.INVALID_PARAMS, "device_id must name a device you can see (see iot.list_devices).")
+        events = await asyncio.to_thread(_recent_events, view.caller, device.namespace, device.name)
+        text = (
+            f"Diagnose device {device.id}. Work through it in this order and say what you find at each step:\n"
+            "1. Is it online, and when was it last seen? An offline device cannot act; say so and stop.\n"
+            "2. Compare `target` with `reported`: a difference that persists means the device did not reach its "
+            "target (see the InSync and Drift conditions).\n"
+            "3. Check the conditions: ContractValid=False makes the device inert; Bound=False means another Device "
+            "claims the same id.\n"
+            "4. Read the sensors and their age: stale or out-of-range readings point at the sensor.\n"
+            "5. Read the recent events below for commands sent, acks, timeouts and drift.\n"
+            "Do not change anything while diagnosing; propose iot.control calls and let the user decide.\n\n"
+            f"Current state (iot.query):\n{json.dumps(device.detail(view.now()), indent=1)}\n\n"
+            f"Recent events (newest last):\n{events}"
+        )
+        return types.GetPromptResult(description=f"Diagnose {device.id}", messages=[
+            types.PromptMessage(role="user", content=types.TextContent(text=text))])
+
+
+    async def complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+                       ) -> types.CompleteResult:
+        """Device ids for the prompt's device_id and the device template's namespace and name: visible ones only."""
+        view = await self.view(ctx)
+        ref, argument, typed = params.ref, params.argument.name, params.argument.value
+        candidates: list[str] = []
+        if isinstance(ref, types.PromptReference) and ref.name == "diagnose_device" and argument == "device_id":
+            candidates = [d.id for d in view.visible()]
+        elif isinstance(ref, types.ResourceTemplateReference) and ref.uri == "corral://devices/{namespace}/{name}":
+            chosen = ((params.context.arguments if params.context else None) or {}).get("namespace")
+            if argument == "namespace":
+                candidates = sorted({d.namespace for d in view.visible()})
+            elif argument == "name":
+                candidates = [d.name for d in view.visible() if chosen in (None, d.namespace)]
+        values = [c for c in candidates if c.startswith(typed)]
+        return types.CompleteResult(completion=types.Completion(
+            values=values[:100], total=len(values), has_more=len(values) > 100))
+
+
+def _visible_device(view: CallerView, device_id: Any) -> Any:
+    device = view.find(device_id)
+    if device is None:
+        # The same answer for a device that does not exist and one the caller may not read.
+        raise ArgumentError(f"No device {device_id!r} among the devices you can see; device_id is namespace/name "
+                            "from iot.list_devices.")
+    return device
+
+
+def _may_listen(view: CallerView, uri: str) -> bool:
+    if uri == INDEX_URI:
+        return True
+    device = view.find(uri.removeprefix("corral://devices/")) if uri.startswith("corral://devices/") else None
+    return device is not None and device.uri == uri and "listen" in device.levels
+
+
+def _ok(data: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=json.dumps(data, separators=(",", ":")))],
+                                structured_content=data)
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, message: str | None = None
+             ) -> dict[str, Any]:
+    status = intent.get("status") or {}
+    phase = status.get("phase")
+    if code is None:
+        code = status.get("code") or ("AWAITING_APPROVAL" if phase == "AwaitingApproval" else "PENDING")
+    if message is None:
+        message = status.get("message") or ("Waiting for the controller; check again with iot.intent_status."
+                                            if code == "PENDING" else "")
+        if code == "AWAITING_APPROVAL":
+            message = (f"{message} A human must approve Intent {intent['metadata']['name']} (corral approve "
+                       f"{intent['metadata']['name']}); check back with iot.intent_status.").strip()
+    meta = intent.get("metadata") or {}
+    return {"request_id": request_id, "intent": f"{meta.get('namespace')}/{meta.get('name')}", "code": code,
+            "message": message, "phase": phase, "before": status.get("before"), "after": status.get("after")}
+
+
+def _submit(caller: Caller, namespace: str, name: str, spec: dict[str, Any]) -> Any:
+    with caller.new_client() as client:
+        return submit(client, namespace, name, spec)
+
+
+def _get_intent(caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+    with caller.new_client() as client:
+        return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "intents", name)
+
+
+def _patch_overlay(caller: Caller, namespace: str, name: str, field: str, text: str) -> None:
+    # A merge patch: null deletes the field. Overlay text is last-writer-wins people's data.
+    with caller.new_client() as client:
+        kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "devices", name, {"spec": {"overlay": {field: text or None}}},
+            field_manager="corral-gateway")
+
+
+def _recent_events(caller: Caller, namespace: str, name: str, limit: int = 20) -> str:
+    with caller.new_client() as client:
+        try:
+            listed = kubernetes.client.EventsV1Api(client).list_namespaced_event(
+                namespace, field_selector=f"regarding.name={name},regarding.kind=Device")
+        except kubernetes.client.ApiException as err:
+            return f"(cannot read Events: {err.status} {err.reason}; ask for 'list events' in {namespace})"
+    items = sorted(listed.items, key=lambda e: e.event_time or e.deprecated_last_timestamp or e.metadata.creation_timestamp)
+    lines = [f"- {e.event_time or e.metadata.creation_timestamp} {e.reason}: {e.note}" for e in items[-limit:]]
+    return "\n".join(lines) or "(none)"

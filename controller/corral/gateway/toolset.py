@@ -1,0 +1,328 @@
+"""Which tools one caller sees, with schemas and annotations taken from the device contracts.
+
+Exposure comes first, then tools: a tool exists for a caller only when the
+caller could use it (Home Assistant's llm helpers have the same shape). The
+definitions are plain JSON-ready dicts, so this module stays pure and the MCP
+server only wraps them.
+
+- `iot.list_devices`, `iot.query`, `iot.intent_status`: any visible device.
+- `iot.control`: a visible actuator whose level (write/config) the caller holds,
+  and the right to create Intents there.
+- `iot.set_alias|set_note|set_location`: the right to patch a visible Device.
+- `{device}.{actuator}.{action}` (optional, `--device-tools`): one tool per
+  usable actuator of an online device, its value schema straight from the contract.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from corral.api.intent import IntentSpec
+from corral.contract.model import Actuator
+from corral.contract.values import InvalidValue, allowed, check
+from corral.gateway.visible import VisibleDevice, value_schema
+
+REQUEST_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+OVERLAY_LIMITS = {"alias": 64, "location": 64, "notes": 512}
+OVERLAY_TOOLS = {"iot.set_alias": "alias", "iot.set_note": "notes", "iot.set_location": "location"}
+
+_OUTCOME_CODES = [
+    "EXECUTED", "DEDUP", "DENY_ID_CONFLICT", "DENY_UNKNOWN_ACTION", "DENY_ARGUMENTS", "DENY_SCOPE", "DENY_SENSOR",
+    "DENY_APPROVAL", "DENIED_BY_APPROVER", "DEVICE_GONE", "TIMEOUT", "FAILED", "AWAITING_APPROVAL", "PENDING",
+]
+
+_BASED_ON = {
+    "type": "array",
+    "maxItems": 16,
+    "description": "Sensor readings this decision relies on (from iot.query: metric and ts). The controller refuses "
+                   "the request when one is older than its freshness window.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "device_id": {"type": "string", "description": "Device the reading is from; default: the one acted on."},
+            "metric": {"type": "string"},
+            "ts": {"type": "integer", "description": "The reading's ts, Unix epoch milliseconds."},
+        },
+        "required": ["metric", "ts"],
+        "additionalProperties": False,
+    },
+}
+_REQUEST_ID = {
+    "type": "string", "pattern": REQUEST_ID.pattern, "maxLength": 63,
+    "description": "Idempotency key (lower-case letters, digits, '-'). Retrying with the same key never runs twice; "
+                   "omit it and one is generated.",
+}
+_REASON = {"type": "string", "minLength": 1, "maxLength": 512, "description": "Why, in one sentence (audited)."}
+
+_DEVICE_SUMMARY = {
+    "type": "object",
+    "properties": {
+        "device_id": {"type": "string", "description": "namespace/name"},
+        "name": {"type": ["string", "null"]}, "model": {"type": ["string", "null"]},
+        "alias": {"type": "string"}, "location": {"type": "string"},
+        "online": {"type": "boolean"}, "in_sync": {"type": ["boolean", "null"]},
+        "actuators": {"type": "array", "items": {"type": "string"}},
+        "sensors": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["device_id", "online", "actuators", "sensors"],
+}
+_DEVICE_LIST = {
+    "type": "object",
+    "properties": {"devices": {"type": "array", "items": _DEVICE_SUMMARY}},
+    "required": ["devices"],
+}
+_QUERY_OUTPUT = {
+    "type": "object",
+    "description": "Without device_id: {devices: [...]}. With it: {device: {...}}.",
+    "properties": {
+        "devices": {"type": "array", "items": _DEVICE_SUMMARY},
+        "device": {
+            "type": "object",
+            "properties": {
+                **_DEVICE_SUMMARY["properties"],
+                "reported": {"type": "object"}, "target": {"type": "object"},
+                "sensors": {"type": "object", "description": "metric -> {value, unit, ts (epoch ms), age_s}"},
+                "actions": {"type": "array", "items": {"type": "object"}},
+                "stale": {"type": "boolean"}, "notes": {"type": "string"},
+            },
+            "required": ["device_id", "online", "reported", "sensors", "actions"],
+        },
+    },
+}
+OUTCOME = {
+    "type": "object",
+    "properties": {
+        "request_id": {"type": "string"},
+        "intent": {"type": ["string", "null"], "description": "namespace/name of the Intent"},
+        "code": {"type": "string", "enum": _OUTCOME_CODES},
+        "message": {"type": "string"},
+        "phase": {"type": ["string", "null"]},
+        "before": {"type": ["object", "null"]},
+        "after": {"type": ["object", "null"]},
+    },
+    "required": ["request_id", "code", "message"],
+}
+_OVERLAY_OUTPUT = {
+    "type": "object",
+    "properties": {"device_id": {"type": "string"}, "field": {"type": "string"}, "value": {"type": "string"}},
+    "required": ["device_id", "field", "value"],
+}
+
+_READ_ONLY = {"readOnlyHint": True, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False}
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What the caller may do beyond reading, per namespace."""
+
+    create_intents: frozenset[str]  # namespaces
+    patch_devices: frozenset[str]  # namespaces where it may patch Devices (all or some names)
+
+    def controllable(self, device: VisibleDevice) -> list[Actuator]:
+        if device.namespace not in self.create_intents:
+            return []
+        return device.usable_actuators()
+
+
+def device_ids(devices: Iterable[VisibleDevice]) -> list[str]:
+    return sorted(d.id for d in devices)
+
+
+def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[VisibleDevice]) -> list[dict[str, Any]]:
+    """The fixed tools the caller may use; none at all when it can see no device."""
+    if not devices:
+        return []
+    ids = device_ids(devices)
+    device_id = {"type": "string", "enum": ids, "description": "namespace/name from iot.list_devices"}
+    tools = [
+        _tool("iot.list_devices", "List devices",
+              "Devices you can see: id, alias, location, online, and the actuators and sensors you may use.",
+              {"type": "object", "properties": {}, "additionalProperties": False}, _DEVICE_LIST, _READ_ONLY),
+        _tool("iot.query", "Query a device",
+              "Without device_id: the device list. With it: reported state, sensor readings with ts (epoch ms) and "
+              "age, and the actions you may request with their parameter schemas.",
+              {"type": "object", "properties": {"device_id": device_id}, "additionalProperties": False},
+              _QUERY_OUTPUT, _READ_ONLY),
+        _tool("iot.intent_status", "Status of a request",
+              "The outcome of an earlier iot.control request, by its request_id.",
+              {"type": "object", "properties": {"request_id": _REQUEST_ID}, "required": ["request_id"],
+               "additionalProperties": False}, OUTCOME, _READ_ONLY),
+    ]
+    controllable = [d for d in devices if grants.controllable(d)]
+    if controllable:
+        actuators = sorted({a.id for d in controllable for a in grants.controllable(d)})
+        actions = sorted({a.action for d in controllable for a in grants.controllable(d)})
+        worst = max((_RISK_ORDER[a.risk] for d in controllable for a in grants.controllable(d)), default=0)
+        tools.append(_tool(
+            "iot.control", "Set a device's target state",
+            "Ask a device to reach a target state (creates an Intent in your name). Low-risk actions run at once; "
+            "others wait for a human approval and answer AWAITING_APPROVAL with the request_id to check later. "
+            "Call iot.query first for the device's actions and allowed values.",
+            {
+                "type": "object",
+                "properties": {
+                    "device_id": {**device_id, "enum": device_ids(controllable)},
+                    "actuator": {"type": "string", "enum": actuators},
+                    "action": {"type": "string", "enum": actions},
+                    "params": {"type": "object", "properties": {"value": {
+                        "type": ["boolean", "number", "string"], "description": "Target value, as iot.query allows."}},
+                        "required": ["value"], "additionalProperties": False},
+                    "request_id": _REQUEST_ID,
+                    "reason": _REASON,
+                    "based_on": _BASED_ON,
+                },
+                "required": ["device_id", "actuator", "action", "params", "reason"],
+                "additionalProperties": False,
+            },
+            OUTCOME,
+            {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": worst >= _RISK_ORDER["high"],
+             "openWorldHint": True},
+        ))
+    if patchable:
+        for name, field in OVERLAY_TOOLS.items():
+            tools.append(_tool(
+                name, f"Set a device's {field}",
+                f"Set the {field} people and agents know the device by (at most {OVERLAY_LIMITS[field]} characters; "
+                "control characters are removed; empty deletes it). It never reaches the device.",
+                {"type": "object", "properties": {
+                    "device_id": {**device_id, "enum": device_ids(patchable)},
+                    {"alias": "alias", "notes": "note", "location": "location"}[field]: {
+                        "type": "string", "maxLength": OVERLAY_LIMITS[field]}},
+                 "required": ["device_id", {"alias": "alias", "notes": "note", "location": "location"}[field]],
+                 "additionalProperties": False},
+                _OVERLAY_OUTPUT,
+                {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False},
+            ))
+    return tools
+
+
+_RISK_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+
+def device_tool_name(device: VisibleDevice, actuator: Actuator, qualify: bool) -> str:
+    prefix = f"{device.namespace}.{device.name}" if qualify else device.name
+    return f"{prefix}.{actuator.id}.{actuator.action}"
+
+
+def device_tools(devices: list[VisibleDevice], grants: Grants) -> dict[str, tuple[VisibleDevice, Actuator, dict[str, Any]]]:
+    """Per-device tools by name, for online devices only: an offline device cannot act."""
+    names = [d.name for d in devices]
+    out: dict[str, tuple[VisibleDevice, Actuator, dict[str, Any]]] = {}
+    for device in devices:
+        if not device.online:
+            continue
+        qualify = names.count(device.name) > 1
+        for actuator in grants.controllable(device):
+            name = device_tool_name(device, actuator, qualify)
+            label = device.overlay.get("alias") or device.name
+            out[name] = (device, actuator, _tool(
+                name, f"{label}: {actuator.name}",
+                f"{actuator.name} of {device.id}"
+                + (f" ({device.overlay['location']})" if device.overlay.get("location") else "")
+                + f": {actuator.description or actuator.action}. Takes {allowed(actuator)}. Risk {actuator.risk}"
+                + ("; needs a human approval." if actuator.risk != "low" else "."),
+                {"type": "object", "properties": {"value": value_schema(actuator), "reason": _REASON,
+                                                  "request_id": _REQUEST_ID, "based_on": _BASED_ON},
+                 "required": ["value", "reason"], "additionalProperties": False},
+                OUTCOME,
+                {"readOnlyHint": False, "idempotentHint": True,
+                 "destructiveHint": _RISK_ORDER[actuator.risk] >= _RISK_ORDER["high"] or actuator.level == "config",
+                 "openWorldHint": True},
+            ))
+    return out
+
+
+def _tool(name: str, title: str, description: str, input_schema: dict[str, Any], output_schema: dict[str, Any],
+          annotations: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "title": title, "description": description, "inputSchema": input_schema,
+            "outputSchema": output_schema, "annotations": {"title": title, **annotations}}
+
+
+class ArgumentError(ValueError):
+    """Arguments the gateway refuses before creating anything; str() tells the model what is allowed."""
+
+
+def intent_spec(device: VisibleDevice, arguments: dict[str, Any], requester: str,
+                mqtt_id_of: Callable[[str], str | None]) -> tuple[str, dict[str, Any]]:
+    """Check iot.control arguments against the device's contract; return (request_id, Intent spec).
+
+    The controller checks all of this again: the gateway is not trusted, it only
+    spares the model a round trip and gives it a precise answer. `mqtt_id_of`
+    maps a visible device's namespace/name (or bare name) to its deviceId, in
+    which the Intent names readings from other devices.
+    """
+    contract = device.contract
+    if contract is None:
+        raise ArgumentError(f"Device {device.id} has no accepted contract yet; it cannot be controlled.")
+    name = arguments.get("actuator")
+    actuator = contract.actuator(name) if isinstance(name, str) else None
+    usable = device.usable_actuators()
+    if actuator is None or actuator not in usable:
+        choices = ", ".join(f"{a.id} ({a.action})" for a in usable) or "none you may use"
+        raise ArgumentError(f"Device {device.id} has no actuator {name!r} you may use. Actuators: {choices}.")
+    if arguments.get("action") != actuator.action:
+        raise ArgumentError(
+            f"Actuator {actuator.id} of {device.id} is set with action {actuator.action!r}, "
+            f"not {arguments.get('action')!r}; there is no other action on it."
+        )
+    params = arguments.get("params")
+    if not isinstance(params, dict) or "value" not in params or set(params) != {"value"}:
+        raise ArgumentError(f"params must be {{\"value\": ...}} where value is {allowed(actuator)}.")
+    try:
+        value = check(actuator, params["value"])
+    except InvalidValue as err:
+        raise ArgumentError(str(err)) from None
+    reason = arguments.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ArgumentError("reason is required: say in one sentence why (at most 512 characters).")
+    if _CONTROL.search(reason) or len(reason) > 512:
+        raise ArgumentError("reason must be at most 512 characters, without control characters.")
+    request_id = arguments.get("request_id")
+    if request_id is None:
+        request_id = f"mcp-{secrets.token_hex(8)}"
+    elif not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+        raise ArgumentError("request_id must be 1-63 lower-case letters, digits or '-', starting and ending with a "
+                            f"letter or digit; got {request_id!r}.")
+    spec: dict[str, Any] = {
+        "device": device.name, "actuator": actuator.id, "action": actuator.action, "params": {"value": value},
+        "reason": reason, "requester": requester,
+    }
+    based_on = arguments.get("based_on")
+    if based_on:
+        if not isinstance(based_on, list):
+            raise ArgumentError("based_on must be a list of {metric, ts, device_id?} readings from iot.query.")
+        spec["basedOn"] = [_observation(o, mqtt_id_of) for o in based_on]
+    try:
+        IntentSpec.model_validate(spec)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:5])
+        raise ArgumentError(f"The request does not fit an Intent: {problems}.") from None
+    return request_id, spec
+
+
+def _observation(item: Any, mqtt_id_of: Callable[[str], str | None]) -> dict[str, Any]:
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), str) or isinstance(item.get("ts"), bool) \
+            or not isinstance(item.get("ts"), int):
+        raise ArgumentError("each based_on item needs metric (string) and ts (integer epoch milliseconds).")
+    out: dict[str, Any] = {"metric": item["metric"], "ts": item["ts"]}
+    if item.get("device_id"):
+        device_id = mqtt_id_of(str(item["device_id"]))
+        if device_id is None:
+            raise ArgumentError(f"based_on names device {item['device_id']!r}, which is not among the devices you can "
+                                "see; use an id from iot.list_devices.")
+        out["deviceId"] = device_id
+    return out
+
+
+def clean_overlay(field: str, text: Any) -> str:
+    """Overlay text as stored: control characters stripped, length capped (DESIGN.md)."""
+    if not isinstance(text, str):
+        raise ArgumentError(f"{field} must be a string (at most {OVERLAY_LIMITS[field]} characters).")
+    return _CONTROL.sub("", text).strip()[: OVERLAY_LIMITS[field]]

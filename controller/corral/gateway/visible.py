@@ -1,0 +1,144 @@
+"""A Device as one caller may see it: what its levels let it read, in the shape the tools return.
+
+Pure: built from the Device object (as the watch delivers it), the contract of
+its Capability and the caller's levels. `read` shows the device, its state and
+its contract; `listen` adds sensor readings. Nothing here names a device the
+caller cannot read: the view is only built for devices that passed `levels()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from corral.contract.model import Actuator, Contract
+from corral.contract.values import allowed
+
+
+def device_uri(namespace: str, name: str) -> str:
+    return f"corral://devices/{namespace}/{name}"
+
+
+INDEX_URI = "corral://devices"
+
+
+@dataclass(frozen=True)
+class VisibleDevice:
+    namespace: str
+    name: str
+    body: dict[str, Any]  # the Device as the API server returned it
+    contract: Contract | None
+    levels: frozenset[str]
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def uri(self) -> str:
+        return device_uri(self.namespace, self.name)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.body.get("status") or {}
+
+    @property
+    def online(self) -> bool:
+        return bool(self.status.get("online"))
+
+    @property
+    def overlay(self) -> dict[str, str]:
+        return {k: v for k, v in ((self.body.get("spec") or {}).get("overlay") or {}).items() if v}
+
+    def usable_actuators(self) -> list[Actuator]:
+        """Actuators whose level the caller holds."""
+        if self.contract is None:
+            return []
+        return [a for a in self.contract.actuators if a.level in self.levels]
+
+    def summary(self) -> dict[str, Any]:
+        """One line of the device list."""
+        contract = self.contract
+        return {
+            "device_id": self.id,
+            "name": contract.name if contract else None,
+            "model": contract.model if contract else None,
+            "alias": self.overlay.get("alias", ""),
+            "location": self.overlay.get("location", ""),
+            "online": self.online,
+            "in_sync": self.status.get("inSync"),
+            "actuators": [a.id for a in self.usable_actuators()],
+            "sensors": [s.metric for s in contract.sensors] if contract and "listen" in self.levels else [],
+        }
+
+    def detail(self, now: datetime) -> dict[str, Any]:
+        """Everything iot.query returns for one device."""
+        status, contract = self.status, self.contract
+        sensors: dict[str, Any] = {}
+        if "listen" in self.levels:
+            for metric, reading in (status.get("sensors") or {}).items():
+                ts = _epoch_ms(reading.get("timestamp"))
+                sensors[metric] = {
+                    "value": reading.get("value"),
+                    "unit": reading.get("unit", ""),
+                    "ts": ts,
+                    "age_s": round((now.timestamp() * 1000 - ts) / 1000, 1) if ts is not None else None,
+                }
+        conditions = [
+            {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"), "message": c.get("message")}
+            for c in status.get("conditions") or []
+        ]
+        return {
+            **self.summary(),
+            "notes": self.overlay.get("notes", ""),
+            "stale": bool(status.get("stale")),
+            "last_seen": status.get("lastSeen"),
+            "reported": status.get("reported") or {},
+            "target": (self.body.get("spec") or {}).get("target") or {},
+            "sensors": sensors,
+            "actions": [action_of(a) for a in self.usable_actuators()],
+            "conditions": conditions,
+            "contract": (
+                {"name": contract.name, "model": contract.model, "fw": contract.fw, "capability": status.get("capability")}
+                if contract else None
+            ),
+        }
+
+
+def action_of(actuator: Actuator) -> dict[str, Any]:
+    return {
+        "actuator": actuator.id,
+        "name": actuator.name,
+        "action": actuator.action,
+        "params": {"type": "object", "properties": {"value": value_schema(actuator)}, "required": ["value"]},
+        "allowed": allowed(actuator),
+        "risk": actuator.risk,
+        "level": actuator.level,
+        "description": actuator.description,
+    }
+
+
+def value_schema(actuator: Actuator) -> dict[str, Any]:
+    """JSON Schema of an actuator's target value, exactly as its contract allows."""
+    text = allowed(actuator)
+    if actuator.type == "bool":
+        return {"type": "boolean", "description": text}
+    if actuator.type == "enum":
+        return {"type": "string", "enum": list(actuator.values or []), "description": text}
+    if actuator.type == "color":
+        return {"type": "string", "pattern": "^#[0-9a-f]{6}$", "description": text}
+    assert actuator.range is not None
+    bounds = {"minimum": actuator.range.min, "maximum": actuator.range.max}
+    if actuator.type == "counter":
+        return {"type": "integer", **{k: int(v) for k, v in bounds.items()}, "description": text}
+    return {"type": "number", **bounds, "description": text}
+
+
+def _epoch_ms(timestamp: str | None) -> int | None:
+    if not timestamp:
+        return None
+    try:
+        return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None

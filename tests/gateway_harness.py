@@ -1,0 +1,88 @@
+"""Running the MCP gateway as its users do: `corral mcp` over stdio or HTTP, driven by the official MCP client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from corral.devcluster.plane import Plane
+from corral.devcluster.processes import free_port
+from tests.controller_harness import CORRAL
+from tests.harness import wait_for
+
+MODERN = "2026-07-28"
+MODES = ["legacy", MODERN]  # both protocol generations the SDK serves
+
+
+def kubeconfig_for(plane: Plane, token: str, path: Path, namespace: str) -> Path:
+    """A kubeconfig whose user is the bearer of `token`: the identity a stdio gateway acts as."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "p", "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "p", "user": "u", "namespace": namespace}}],
+    }))
+    return path
+
+
+def stdio_params(kubeconfig: Path, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(command=CORRAL, args=["mcp", "--transport", "stdio", *extra],
+                                 env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+
+
+@asynccontextmanager
+async def stdio_client(kubeconfig: Path, *extra: str, mode: str = "legacy",
+                       on_message: Callable[[Any], Any] | None = None) -> AsyncIterator[Client]:
+    async with Client(stdio_params(kubeconfig, *extra), mode=mode, message_handler=on_message, cache=None) as client:
+        yield client
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str, mode: str = "legacy",
+                      on_message: Callable[[Any], Any] | None = None) -> AsyncIterator[Client]:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode,
+                            message_handler=on_message, cache=None) as client:
+        yield client
+
+
+class HttpGateway:
+    """`corral mcp --transport http` as a process of its own, with the admin kubeconfig only for the cluster address."""
+
+    def __init__(self, plane: Plane, namespace: str, log_path: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log_path = log_path
+        argv = [CORRAL, "mcp", "--transport", "http", "--port", str(self.port), "-n", namespace, *extra]
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(self._healthy, f"the gateway to answer /healthz (log: {log_path})", timeout_s=30)
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the gateway exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)

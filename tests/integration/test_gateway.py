@@ -1,0 +1,414 @@
+"""The MCP gateway end to end: the official MCP client, over stdio and HTTP, on both protocol generations,
+against the real control plane, the controller and simulated firmware.
+
+Three identities, each a ServiceAccount with its own token and Role:
+- reader: may read only kitchen-light (the `read` verb is granted by resource name);
+- operator: reads everything, writes (so it sees iot.control), patches Devices;
+- approver: approves, with `corral approve` as a person would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from corral.api.base import GROUP, VERSION
+from corral.devcluster.plane import Plane
+from tests.controller_harness import CORRAL, ControllerProcess, device
+from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
+from tests.gateway_harness import MODERN, MODES, HttpGateway, http_client, kubeconfig_for, stdio_client
+from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+
+pytestmark = pytest.mark.integration
+
+FLEET = {"kitchen-light": "light", "front-lock": "lock", "hall-fan": "env_fan"}
+
+RBAC = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: reader}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch]}}
+- {{apiGroups: [corral.dev], resources: [devices], resourceNames: [kitchen-light], verbs: [read, listen]}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: operator}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, patch, read, listen, write]}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, create]}}
+- {{apiGroups: [events.k8s.io], resources: [events], verbs: [list]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: approver}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, read, approve]}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, list]}}
+- {{apiGroups: [corral.dev], resources: [approvals], verbs: [get, list, create]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {ns}-capabilities}}
+rules:
+- {{apiGroups: [corral.dev], resources: [capabilities], verbs: [get]}}
+"""
+
+BINDINGS = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {who}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {who}}}
+subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {ns}-{who}-capabilities}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-capabilities}}
+subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]
+"""
+
+
+@dataclass
+class Home:
+    plane: Plane
+    namespace: str
+    fleet: Any
+    admin: kubernetes.client.ApiClient
+    tokens: dict[str, str]
+    kubeconfigs: dict[str, Path]
+    gateway: HttpGateway
+
+    def applies(self, device_id: str) -> list[tuple[str, Any]]:
+        return hardware_applies(self.fleet, device_id)
+
+
+@pytest.fixture
+def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[Home]:
+    prefix = f"gw-{uuid.uuid4().hex[:8]}"
+    apply_yaml(corral_api, RBAC.format(ns=namespace), namespace)
+    tokens, kubeconfigs = {}, {}
+    for who in ("reader", "operator", "approver"):
+        apply_yaml(corral_api, BINDINGS.format(ns=namespace, who=who), namespace)
+        tokens[who] = service_account_token(corral_api, namespace, who)
+        kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
+        wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
+    rbac = kubernetes.client.RbacAuthorizationV1Api(corral_api)
+    with running_fleet(plane, prefix, FLEET) as fleet:
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
+                                       "--intent-timeout", "4", "--approval-window", "60")
+        controller.start()
+        gateway = None
+        try:
+            wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
+                     "every device registered and in sync", timeout_s=30)
+            gateway = HttpGateway(plane, namespace, tmp_path / "gateway.log")
+            yield Home(plane, namespace, fleet, corral_api, tokens, kubeconfigs, gateway)
+        finally:
+            if gateway is not None:
+                gateway.stop()
+            controller.stop()
+            for who in tokens:
+                rbac.delete_cluster_role_binding(f"{namespace}-{who}-capabilities")
+            rbac.delete_cluster_role(f"{namespace}-capabilities")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def names(result: types.ListToolsResult) -> list[str]:
+    return sorted(t.name for t in result.tools)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_callers_with_different_roles_see_different_tools_and_devices_over_stdio(home: Home, mode: str) -> None:
+    async def scenario() -> None:
+        async with stdio_client(home.kubeconfigs["reader"], mode=mode) as reader, \
+                stdio_client(home.kubeconfigs["operator"], mode=mode) as operator:
+            assert names(await reader.list_tools()) == ["iot.intent_status", "iot.list_devices", "iot.query"]
+            assert names(await operator.list_tools()) == [
+                "iot.control", "iot.intent_status", "iot.list_devices", "iot.query",
+                "iot.set_alias", "iot.set_location", "iot.set_note"]
+            listed = await reader.call_tool("iot.query", {})
+            assert [d["device_id"] for d in listed.structured_content["devices"]] == [f"{home.namespace}/kitchen-light"]
+            assert [d["device_id"] for d in (await operator.call_tool("iot.list_devices", {})).structured_content[
+                "devices"]] == [f"{home.namespace}/{d}" for d in sorted(FLEET)]
+            hidden = await reader.call_tool("iot.query", {"device_id": f"{home.namespace}/front-lock"})
+            missing = await reader.call_tool("iot.query", {"device_id": f"{home.namespace}/no-such-device"})
+            assert hidden.is_error and missing.is_error
+            assert hidden.content[0].text.replace("front-lock", "X") == missing.content[0].text.replace(
+                "no-such-device", "X"), "a hidden device must look exactly like a missing one"
+            with pytest.raises(MCPError, match="Unknown tool: iot.control"):
+                await reader.call_tool("iot.control", {"device_id": "kitchen-light", "actuator": "power",
+                                                       "action": "set_state", "params": {"value": True},
+                                                       "reason": "not allowed"})
+
+    run(scenario())
+
+
+def control(device_id: str, actuator: str, action: str, value: Any, **extra: Any) -> dict[str, Any]:
+    return {"device_id": device_id, "actuator": actuator, "action": action, "params": {"value": value},
+            "reason": "test", **extra}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_control_over_http_executes_once_and_a_retry_with_the_same_request_id_is_dedup(home: Home, mode: str) -> None:
+    async def scenario() -> None:
+        async with http_client(home.gateway.url, home.tokens["operator"], mode=mode) as agent:
+            args = control("kitchen-light", "power", "set_state", True, request_id=f"lights-on-{mode[:6]}")
+            first = await agent.call_tool("iot.control", args)
+            assert not first.is_error, first.content
+            out = first.structured_content
+            assert (out["code"], out["phase"]) == ("EXECUTED", "Succeeded")
+            assert out["before"]["power"] is False and out["after"]["power"] is True
+            again = await agent.call_tool("iot.control", args)
+            assert again.structured_content["code"] == "DEDUP"
+            assert again.structured_content["after"]["power"] is True
+            status = await agent.call_tool("iot.intent_status", {"request_id": args["request_id"]})
+            assert status.structured_content["code"] == "EXECUTED"
+
+    run(scenario())
+    assert home.applies("kitchen-light").count(("power", True)) == 1
+    intent = kubernetes.client.CustomObjectsApi(home.admin).get_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "intents", f"lights-on-{mode[:6]}")
+    assert intent["spec"]["requester"] == f"system:serviceaccount:{home.namespace}:operator"
+
+
+def test_arguments_outside_the_contract_are_refused_at_the_gateway_with_what_is_allowed(home: Home) -> None:
+    async def scenario() -> list[types.CallToolResult]:
+        async with http_client(home.gateway.url, home.tokens["operator"]) as agent:
+            return [
+                await agent.call_tool("iot.control", control("kitchen-light", "brightness", "set_value", 140)),
+                await agent.call_tool("iot.control", control("kitchen-light", "power", "set_value", 1)),
+                await agent.call_tool("iot.control", control("kitchen-light", "siren", "set_state", True)),
+                await agent.call_tool("iot.control", control("kitchen-light", "power", "set_state", True,
+                                                             request_id="Not A Name")),
+            ]
+
+    too_bright, wrong_action, no_siren, bad_id = run(scenario())
+    assert all(r.is_error for r in (too_bright, wrong_action, no_siren, bad_id))
+    assert "a number from 0 to 100" in too_bright.content[0].text
+    assert "is set with action 'set_state'" in wrong_action.content[0].text
+    assert "no actuator 'siren'" in no_siren.content[0].text and "power (set_state)" in no_siren.content[0].text
+    assert "request_id must be" in bad_id.content[0].text
+    intents = kubernetes.client.CustomObjectsApi(home.admin).list_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "intents")["items"]
+    assert intents == [], "nothing refused at the gateway may become an Intent"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_high_risk_action_awaits_approval_and_completes_after_corral_approve(home: Home, mode: str) -> None:
+    async def ask() -> dict[str, Any]:
+        async with stdio_client(home.kubeconfigs["operator"], mode=mode) as agent:
+            result = await agent.call_tool("iot.control", control("front-lock", "locked", "set_state", True))
+            return result.structured_content
+
+    asked = run(ask())
+    assert asked["code"] == "AWAITING_APPROVAL" and asked["phase"] == "AwaitingApproval"
+    name = asked["intent"].split("/")[1]
+    assert name == asked["request_id"] and name in asked["message"]
+    assert home.applies("front-lock").count(("locked", True)) == 0
+    approved = subprocess.run([CORRAL, "approve", name, "--reason", "leaving the house",
+                               "--kubeconfig", str(home.kubeconfigs["approver"])],
+                              capture_output=True, text=True, timeout=60)
+    assert approved.returncode == 0, approved.stderr
+
+    async def outcome() -> dict[str, Any]:
+        async with http_client(home.gateway.url, home.tokens["operator"], mode=mode) as agent:
+            for _ in range(100):
+                result = (await agent.call_tool("iot.intent_status", {"request_id": name})).structured_content
+                if result["code"] != "AWAITING_APPROVAL" and result["code"] != "PENDING":
+                    return result
+                await asyncio.sleep(0.2)
+            raise AssertionError(f"Intent {name} never finished: {result}")
+
+    done = run(outcome())
+    assert done["code"] == "EXECUTED" and done["after"]["locked"] is True
+    assert home.applies("front-lock").count(("locked", True)) == 1
+
+
+class Notices:
+    """Notifications a handshake-era client received, by method."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+
+    async def __call__(self, message: Any) -> None:
+        inner = getattr(message, "root", message)
+        method = getattr(inner, "method", None)
+        if method:
+            params = getattr(inner, "params", None)
+            self.seen.append((method, str(getattr(params, "uri", "")) or None))
+
+    def count(self, method: str, uri: str | None = None) -> int:
+        return sum(1 for m, u in self.seen if m == method and (uri is None or u == uri))
+
+    async def wait(self, method: str, uri: str | None = None, at_least: int = 1, timeout_s: float = 15) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.count(method, uri) < at_least:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {method} {uri or ''} within {timeout_s} s; seen: {self.seen}")
+            await asyncio.sleep(0.05)
+
+
+def unplug(home: Home, device_id: str) -> None:
+    on_fleet(home.fleet, lambda: home.fleet.power_cycle(device_id, off_s=3600))
+
+
+def test_unplugging_a_device_sends_tools_list_changed_and_later_calls_are_device_gone(home: Home) -> None:
+    async def scenario() -> dict[str, Any]:
+        notices = Notices()
+        async with stdio_client(home.kubeconfigs["operator"], on_message=notices) as agent:
+            await agent.list_tools()
+            unplug(home, "hall-fan")
+            await notices.wait("notifications/tools/list_changed")
+            listed = (await agent.call_tool("iot.list_devices", {})).structured_content["devices"]
+            assert next(d for d in listed if d["device_id"].endswith("/hall-fan"))["online"] is False
+            result = await agent.call_tool("iot.control", control("hall-fan", "fan", "set_level", "high"))
+            return result.structured_content
+
+    gone = run(scenario())
+    assert gone["code"] == "DEVICE_GONE", gone
+    assert home.applies("hall-fan").count(("fan", "high")) == 0
+
+
+def test_modern_clients_hear_of_tool_list_changes_on_a_listen_stream(home: Home) -> None:
+    async def scenario() -> list[Any]:
+        async with http_client(home.gateway.url, home.tokens["operator"], mode=MODERN) as agent:
+            async with agent.listen(tools_list_changed=True) as subscription:
+                unplug(home, "hall-fan")
+                async with asyncio.timeout(15):
+                    async for event in subscription:
+                        return [event]
+        return []
+
+    events = run(scenario())
+    assert type(events[0]).__name__ == "ToolsListChanged"
+
+
+def _set_notes(home: Home, name: str, text: str) -> None:
+    kubernetes.client.CustomObjectsApi(home.admin).patch_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "devices", name, {"spec": {"overlay": {"notes": text}}})
+
+
+def test_a_resource_subscriber_gets_the_snapshot_first_then_coalesced_updates(home: Home) -> None:
+    uri = f"corral://devices/{home.namespace}/kitchen-light"
+
+    async def scenario() -> tuple[int, int, dict[str, Any]]:
+        notices = Notices()
+        async with stdio_client(home.kubeconfigs["operator"], "--update-interval", "1", on_message=notices) as agent:
+            await agent.subscribe_resource(uri)
+            await notices.wait("notifications/resources/updated", uri)  # the snapshot: read it now
+            snapshot = json.loads((await agent.read_resource(uri)).contents[0].text)
+            assert snapshot["device_id"] == f"{home.namespace}/kitchen-light" and "power" in snapshot["reported"]
+            before = notices.count("notifications/resources/updated", uri)
+            for i in range(20):  # a flapping device: 20 changes in about a second
+                await asyncio.to_thread(_set_notes, home, "kitchen-light", f"flap {i}")
+            await asyncio.sleep(2.5)  # the coalesced last notice is due at most one interval after the burst
+            during = notices.count("notifications/resources/updated", uri) - before
+            final = json.loads((await agent.read_resource(uri)).contents[0].text)
+            return before, during, final
+
+    before, during, final = run(scenario())
+    assert before == 1
+    assert 1 <= during <= 4, f"20 changes must be coalesced to one notice a second, got {during}"
+    assert final["notes"] == "flap 19", "the last change of a burst is never lost"
+
+
+def test_a_modern_listen_stream_gets_the_snapshot_then_updates_only_for_devices_it_may_follow(home: Home) -> None:
+    visible = f"corral://devices/{home.namespace}/kitchen-light"
+    hidden = f"corral://devices/{home.namespace}/front-lock"
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with http_client(home.gateway.url, home.tokens["reader"], mode=MODERN) as agent:
+            async with agent.listen(resource_subscriptions=[visible, hidden]) as subscription:
+                uris = []
+                async with asyncio.timeout(15):
+                    async for event in subscription:
+                        uris.append(event.uri)
+                        if len(uris) == 1:
+                            await asyncio.to_thread(_set_notes, home, "front-lock", "hidden change")
+                            await asyncio.sleep(1.5)
+                            await asyncio.to_thread(_set_notes, home, "kitchen-light", "visible change")
+                        else:
+                            break
+                return uris, list(subscription.honored.resource_subscriptions or [])
+
+    uris, honored = run(scenario())
+    assert uris == [visible, visible], "snapshot first, then the visible change; never the hidden device"
+    assert hidden not in honored
+
+
+def test_http_without_a_valid_token_is_401_with_protected_resource_metadata(home: Home) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    for token in (None, "not-a-kubernetes-token"):
+        request = urllib.request.Request(home.gateway.url, body, {**headers, **(
+            {"Authorization": f"Bearer {token}"} if token else {})})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401
+        challenge = refused.value.headers["WWW-Authenticate"]
+        assert challenge.startswith("Bearer") and "resource_metadata=" in challenge
+    metadata_url = challenge.split('resource_metadata="')[1].split('"')[0]
+    with urllib.request.urlopen(metadata_url, timeout=10) as response:
+        metadata = json.load(response)
+    assert metadata["resource"] == home.gateway.url
+    assert metadata["authorization_servers"] == [home.plane.server + "/"] or \
+        metadata["authorization_servers"] == [home.plane.server]
+    forged_host = urllib.request.Request(home.gateway.url, body, {
+        **headers, "Authorization": f"Bearer {home.tokens['operator']}", "Host": "attacker.example"})
+    with pytest.raises(urllib.error.HTTPError) as misdirected:
+        urllib.request.urlopen(forged_host, timeout=10)
+    assert misdirected.value.code in (400, 403, 421)
+
+
+def test_the_overlay_tools_store_clean_text_and_the_diagnosis_prompt_walks_through_the_device(home: Home) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], str]:
+        async with http_client(home.gateway.url, home.tokens["operator"]) as agent:
+            alias = await agent.call_tool("iot.set_alias", {"device_id": "kitchen-light",
+                                                            "alias": "  Kitchen\x07 light\x1b[31m" + "x" * 80})
+            query = await agent.call_tool("iot.query", {"device_id": "kitchen-light"})
+            prompt = await agent.get_prompt("diagnose_device", {"device_id": f"{home.namespace}/kitchen-light"})
+            return alias.structured_content, query.structured_content["device"], prompt.messages[0].content.text
+
+    alias, queried, prompt = run(scenario())
+    assert alias["value"].startswith("Kitchen light[31m") and len(alias["value"]) == 64
+    stored = device(home.admin, home.namespace, "kitchen-light")["spec"]["overlay"]["alias"]
+    assert stored == alias["value"] == queried["alias"]
+    assert f"Diagnose device {home.namespace}/kitchen-light" in prompt
+    assert "Recent events" in prompt and "(cannot read Events" not in prompt
+
+
+def test_corral_tools_prints_what_a_caller_would_see(home: Home) -> None:
+    def tools_as(who: str) -> str:
+        done = subprocess.run(
+            [CORRAL, "tools", "--device", "kitchen-light", "-n", home.namespace, "--kubeconfig",
+             str(home.plane.kubeconfig), "--as", f"system:serviceaccount:{home.namespace}:{who}"],
+            capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    reader, operator = tools_as("reader"), tools_as("operator")
+    assert "iot.query" in reader and "iot.control" not in reader
+    assert "iot.control" in operator and "kitchen-light.power.set_state" in operator
+    hidden = subprocess.run(
+        [CORRAL, "tools", "--device", "front-lock", "-n", home.namespace, "--kubeconfig", str(home.plane.kubeconfig),
+         "--as", f"system:serviceaccount:{home.namespace}:reader"], capture_output=True, text=True, timeout=60)
+    assert hidden.returncode == 1 and "cannot see a device" in hidden.stderr
