@@ -15,22 +15,17 @@ Prints the figures and writes bench/results/intent_latency-<time>.json.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from common import REPO, bench_plane, percentile, write_result
 
 import kubernetes  # noqa: E402
 
 from corral.client.intents import submit, wait_settled  # noqa: E402
-from corral.devcluster.plane import DevPlane  # noqa: E402
 from tests.controller_harness import ControllerProcess, device  # noqa: E402
 from tests.fleet_harness import running_fleet  # noqa: E402
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed  # noqa: E402
@@ -51,25 +46,12 @@ subjects: [{kind: ServiceAccount, name: operator, namespace: NAMESPACE}]
 """
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
     args = parser.parse_args()
 
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    dev = DevPlane(REPO / ".corral" / "dev", progress=say)
-    plane = dev.running()
-    own = None
-    if plane is None:
-        own = DevPlane(Path(tempfile.mkdtemp(prefix="corral-bench-")), progress=say)
-        plane = own.up()
-    try:
+    with bench_plane() as plane:
         admin = api_client(plane)
         for path in sorted((REPO / "crds").glob("*.yaml")):
             apply_yaml(admin, path.read_text(), field_manager="corral-install", force=True)
@@ -100,27 +82,17 @@ def main() -> None:
                 controller.stop()
         executed = codes.count("EXECUTED")
         result = {
-            "benchmark": "intent_latency",
             "runs": args.runs,
             "executed": executed,
             "median_ms": round(statistics.median(latencies) * 1000, 1),
             "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
             "min_ms": round(min(latencies) * 1000, 1),
             "max_ms": round(max(latencies) * 1000, 1),
-            "machine": f"{platform.machine()}, {platform.system()} {platform.release()}",
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         print(f"low-risk write, Intent created -> EXECUTED seen by the client, {args.runs} runs "
               f"({executed} EXECUTED): median {result['median_ms']} ms, p99 {result['p99_ms']} ms "
               f"(min {result['min_ms']}, max {result['max_ms']})")
-        out = REPO / "bench" / "results"
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"intent_latency-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {path}")
-    finally:
-        if own is not None:
-            own.down(purge=True)
+        write_result("intent_latency", result)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,9 @@ def test_two_callers_with_different_roles_see_different_tools_and_devices_over_s
             assert hidden.is_error and missing.is_error
             assert hidden.content[0].text.replace("front-lock", "X") == missing.content[0].text.replace(
                 "no-such-device", "X"), "a hidden device must look exactly like a missing one"
+            completed = await reader.complete(types.PromptReference(name="diagnose_device"),
+                                              {"name": "device_id", "value": f"{home.namespace}/"})
+            assert completed.completion.values == [f"{home.namespace}/kitchen-light"]
             with pytest.raises(MCPError, match="Unknown tool: iot.control"):
                 await reader.call_tool("iot.control", {"device_id": "kitchen-light", "actuator": "power",
                                                        "action": "set_state", "params": {"value": True},
@@ -307,6 +310,7 @@ def _set_notes(home: Home, name: str, text: str) -> None:
         GROUP, VERSION, home.namespace, "devices", name, {"spec": {"overlay": {"notes": text}}})
 
 
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")  # the handshake era's own way, on purpose
 def test_a_resource_subscriber_gets_the_snapshot_first_then_coalesced_updates(home: Home) -> None:
     uri = f"corral://devices/{home.namespace}/kitchen-light"
 

@@ -35,6 +35,7 @@ from corral.gateway.visible import INDEX_URI
 log = logging.getLogger(__name__)
 
 RESOURCE_NOT_FOUND = -32002
+TOOLS_PER_PAGE = 100
 INSTRUCTIONS = (
     "Corral lets you read and operate physical devices. Start with iot.list_devices or iot.query, then ask for a "
     "target state with iot.control; you only see devices and tools your Kubernetes permissions allow. High-risk "
@@ -77,12 +78,19 @@ class Gateway:
 
     # ---- tools ------------------------------------------------------------------------------------------------
 
-    async def list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+    async def list_tools(self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+                         ) -> types.ListToolsResult:
         view = await self.view(ctx)
         tools = view.memo.get("tools")
         if tools is None:
             tools = view.memo["tools"] = [types.Tool.model_validate(t) for t in view.tools()]
-        return types.ListToolsResult(tools=tools)
+        # Pages keep every response small however many device tools there are; a cursor is an offset.
+        cursor = params.cursor if params is not None else None
+        start = int(cursor) if cursor and cursor.isdigit() else 0
+        if cursor and not cursor.isdigit():
+            raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor!r}: pass the nextCursor of the last page")
+        end = start + TOOLS_PER_PAGE
+        return types.ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None)
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult:

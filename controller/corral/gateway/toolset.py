@@ -139,8 +139,7 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
     """The fixed tools the caller may use; none at all when it can see no device."""
     if not devices:
         return []
-    ids = device_ids(devices)
-    device_id = {"type": "string", "enum": ids, "description": "namespace/name from iot.list_devices"}
+    device_id = _device_id_schema(devices)
     tools = [
         _tool("iot.list_devices", "List devices",
               "Devices you can see: id, alias, location, online, and the actuators and sensors you may use.",
@@ -168,7 +167,7 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
             {
                 "type": "object",
                 "properties": {
-                    "device_id": {**device_id, "enum": device_ids(controllable)},
+                    "device_id": _device_id_schema(controllable),
                     "actuator": {"type": "string", "enum": actuators},
                     "action": {"type": "string", "enum": actions},
                     "params": {"type": "object", "properties": {"value": {
@@ -192,7 +191,7 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
                 f"Set the {field} people and agents know the device by (at most {OVERLAY_LIMITS[field]} characters; "
                 "control characters are removed; empty deletes it). It never reaches the device.",
                 {"type": "object", "properties": {
-                    "device_id": {**device_id, "enum": device_ids(patchable)},
+                    "device_id": _device_id_schema(patchable),
                     {"alias": "alias", "notes": "note", "location": "location"}[field]: {
                         "type": "string", "maxLength": OVERLAY_LIMITS[field]}},
                  "required": ["device_id", {"alias": "alias", "notes": "note", "location": "location"}[field]],
@@ -204,6 +203,17 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
 
 
 _RISK_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+# Up to this many devices the schemas list their ids, so a model never guesses one; beyond it the ids
+# would crowd a model's context (and every tools/list), and iot.list_devices names them instead.
+ENUM_LIMIT = 64
+
+
+def _device_id_schema(devices: list[VisibleDevice]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": "namespace/name from iot.list_devices"}
+    if len(devices) <= ENUM_LIMIT:
+        schema["enum"] = device_ids(devices)
+    return schema
 
 
 def device_tool_name(device: VisibleDevice, actuator: Actuator, qualify: bool) -> str:
