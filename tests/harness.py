@@ -12,9 +12,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import kubernetes
-import yaml
-from kubernetes.dynamic import DynamicClient
 
+from corral.client.apply import apply_yaml as apply
 from corral.devcluster.plane import Plane
 
 T = TypeVar("T")
@@ -64,19 +63,7 @@ def apply_yaml(
     force: bool = False,
 ) -> list[object]:
     """Server-side apply every document in text, like `kubectl apply --server-side [--force-conflicts]`."""
-    dynamic = DynamicClient(client)
-    applied = []
-    for doc in yaml.safe_load_all(text):
-        if not doc:
-            continue
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        ns = doc.get("metadata", {}).get("namespace") or (namespace if resource.namespaced else None)
-        applied.append(
-            resource.server_side_apply(
-                body=doc, name=doc["metadata"]["name"], namespace=ns, field_manager=field_manager, force_conflicts=force
-            )
-        )
-    return applied
+    return apply(client, text, namespace, field_manager=field_manager, force=force)
 
 
 def wait_for(probe: Callable[[], T], what: str, timeout_s: float = 10.0, interval_s: float = 0.1) -> T:

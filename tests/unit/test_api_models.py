@@ -23,16 +23,21 @@ EXAMPLES = REPO / "examples"
 
 def test_committed_crds_match_the_models() -> None:
     assert manifests.stale(REPO / "crds") == []
-    result = CliRunner().invoke(cli, ["crds", "--check", "--dir", str(REPO / "crds")])
+    assert manifests.stale_chart(REPO / "charts" / "corral") == []
+    result = CliRunner().invoke(cli, ["crds", "--check", "--dir", str(REPO / "crds"),
+                                      "--chart", str(REPO / "charts" / "corral")])
     assert result.exit_code == 0, result.output
 
 
 def test_crds_check_fails_and_says_how_to_fix_when_stale(tmp_path: Path) -> None:
     manifests.write(tmp_path)
+    manifests.write_chart(tmp_path / "chart")
     (tmp_path / "corral.dev_devices.yaml").write_text("# hand-edited\n")
-    result = CliRunner().invoke(cli, ["crds", "--check", "--dir", str(tmp_path)])
+    (tmp_path / "chart" / "templates" / "admission-policies.yaml").unlink()
+    result = CliRunner().invoke(cli, ["crds", "--check", "--dir", str(tmp_path), "--chart", str(tmp_path / "chart")])
     assert result.exit_code == 1
     assert "corral.dev_devices.yaml" in result.stderr and "run `corral crds" in result.stderr
+    assert "templates/admission-policies.yaml" in result.stderr
 
 
 def _properties(schema: dict[str, Any], path: str = ""):  # type: ignore[no-untyped-def]

@@ -1,4 +1,9 @@
-"""The files under crds/: one CRD per kind and the admission policies, rendered as YAML."""
+"""The files under crds/: one CRD per kind and the admission policies, rendered as YAML.
+
+The Helm chart carries the same files: the CRDs in its crds/ (Helm installs them before anything
+else) and the policies as a template (they are ordinary resources, installed and upgraded with the
+release).
+"""
 
 from __future__ import annotations
 
@@ -34,6 +39,31 @@ def write(directory: Path) -> list[Path]:
         path.write_text(text)
         written.append(path)
     return written
+
+
+def chart_files(chart: Path) -> dict[Path, str]:
+    """Path in the chart -> content."""
+    files = rendered()
+    policies = files.pop("admission-policies.yaml")
+    out = {chart / "crds" / name: text for name, text in files.items()}
+    out[chart / "templates" / "admission-policies.yaml"] = policies
+    return out
+
+
+def write_chart(chart: Path) -> list[Path]:
+    written = []
+    for path, text in chart_files(chart).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def stale_chart(chart: Path) -> list[str]:
+    expected = chart_files(chart)
+    problems = [str(path) for path, text in expected.items() if not _same(path, text)]
+    extra = sorted(str(p) for p in (chart / "crds").glob("*.yaml") if p not in expected)
+    return problems + extra
 
 
 def stale(directory: Path) -> list[str]:

@@ -6,6 +6,7 @@ import click
 
 from corral import __version__
 from corral.cli.crds import crds
+from corral.cli.demo import demo
 from corral.cli.dev import dev
 from corral.cli.intents import approve, deny, intents
 from corral.cli.mcp import mcp, tools
@@ -20,6 +21,7 @@ def cli() -> None:
 
 
 cli.add_command(crds)
+cli.add_command(demo)
 cli.add_command(dev)
 cli.add_command(intents)
 cli.add_command(approve)

@@ -1,0 +1,42 @@
+"""The three user roles of DESIGN.md, as ClusterRoles to bind per namespace, plus read access to contracts.
+
+The Helm chart ships the same rules (charts/corral/templates/user-roles.yaml; a test keeps them equal);
+`corral demo` applies these. Agents never get `patch` on devices: editing spec.target directly would
+bypass Intents, approvals and the audit trail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.api.base import GROUP
+
+
+def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": resources, "verbs": verbs}
+
+
+USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
+    "agent-reader": [
+        _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen"]),
+        _rule(GROUP, ["intents"], ["get", "list"]),
+    ],
+    "agent-operator": [
+        _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen", "write"]),
+        _rule(GROUP, ["intents"], ["get", "list", "create"]),
+    ],
+    "approver": [
+        _rule(GROUP, ["devices"], ["get", "list", "read", "approve"]),
+        _rule(GROUP, ["intents"], ["get", "list", "watch"]),
+        _rule(GROUP, ["approvals"], ["get", "list", "create"]),
+        _rule("events.k8s.io", ["events"], ["list"]),
+    ],
+    # Capabilities are device-type contracts (cluster-scoped, not secret); agents need them to see actions.
+    "capability-reader": [_rule(GROUP, ["capabilities"], ["get", "list"])],
+}
+
+
+def user_roles(prefix: str = "corral") -> list[dict[str, Any]]:
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": f"{prefix}-{name}"}, "rules": rules}
+            for name, rules in USER_ROLE_RULES.items()]

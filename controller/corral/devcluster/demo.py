@@ -1,0 +1,241 @@
+"""`corral demo`: the whole product on one machine, started in order and stopped in reverse.
+
+Control plane and broker (the local plane, or `--kubeconfig` for an existing cluster with a private
+Mosquitto), CRDs and admission policies, the user roles, the simulated home, the controller and the
+MCP gateway. Only what the demo started is stopped: a plane that was already running stays up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+
+from corral.api import manifests
+from corral.api.base import GROUP, VERSION
+from corral.api.roles import user_roles
+from corral.client.apply import apply_yaml
+from corral.devcluster import files
+from corral.devcluster.errors import DevClusterError
+from corral.devcluster.plane import DevPlane, find_mosquitto
+from corral.devcluster.processes import accepts_connections, free_port
+from corral_sim.presets import preset
+
+FIELD_MANAGER = "corral-demo"
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Ready:
+    kubeconfig: Path
+    namespace: str
+    mqtt_url: str
+    gateway_url: str
+    token_file: Path
+    devices: int
+    own_plane: bool
+
+
+@dataclass
+class Demo:
+    state_dir: Path
+    progress: Progress
+    kubeconfig: Path | None = None
+    mqtt_url: str | None = None
+    namespace: str = "home"
+    gateway_port: int = 8000
+    children: list[Child] = field(default_factory=list)
+    _plane: DevPlane | None = None
+
+    # ---- start -----------------------------------------------------------------------------------------------
+
+    def start(self) -> Ready:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        logs = self.state_dir / "demo-logs"
+        logs.mkdir(exist_ok=True)
+        kubeconfig, mqtt_url, own_plane = self._cluster_and_broker(logs)
+        admin = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        self.progress("installing CRDs, admission policies and user roles")
+        self._install(admin)
+        token_file = self._agent_token(admin)
+        devices = preset("home")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        self.progress(f"starting {len(devices)} simulated devices, the controller and the MCP gateway")
+        self._spawn("sim", ["sim", "--preset", "home", "--mqtt", mqtt_url], env, logs)
+        health = free_port()
+        self._spawn("controller", ["run", "--mqtt", mqtt_url, "--namespace", self.namespace, "--watch-namespace",
+                                   self.namespace, "--health-port", str(health)], env, logs)
+        self._spawn("gateway", ["mcp", "--transport", "http", "-n", self.namespace, "--port",
+                                str(self.gateway_port)], env, logs)
+        self._wait_healthy("controller", f"http://127.0.0.1:{health}/healthz")
+        self._wait_healthy("gateway", f"http://127.0.0.1:{self.gateway_port}/healthz")
+        self._wait_registered(admin, len(devices))
+        return Ready(kubeconfig, self.namespace, mqtt_url, f"http://127.0.0.1:{self.gateway_port}/mcp",
+                     token_file, len(devices), own_plane)
+
+    def _cluster_and_broker(self, logs: Path) -> tuple[Path, str, bool]:
+        if self.kubeconfig is None:
+            plane = DevPlane(self.state_dir, progress=self.progress)
+            running = plane.running()
+            if running is not None:
+                self.progress(f"using the local plane already running in {self.state_dir}")
+                return running.kubeconfig, self.mqtt_url or running.mqtt_url, False
+            self._plane = plane
+            up = plane.up()
+            return up.kubeconfig, self.mqtt_url or up.mqtt_url, True
+        if self.mqtt_url is not None:
+            return self.kubeconfig, self.mqtt_url, False
+        port = free_port()
+        conf = self.state_dir / "demo-mosquitto.conf"
+        conf.write_text(files.mosquitto_conf(port))
+        self.progress(f"starting a private Mosquitto on 127.0.0.1:{port}")
+        self.children.append(Child("mosquitto", subprocess.Popen(
+            [find_mosquitto(), "-c", str(conf)], stdout=open(logs / "mosquitto.log", "ab"),  # noqa: SIM115 - the child owns it
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True), logs / "mosquitto.log"))
+        _wait(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
+        return self.kubeconfig, f"mqtt://127.0.0.1:{port}", False
+
+    def _install(self, admin: kubernetes.client.ApiClient) -> None:
+        rendered = manifests.rendered()
+        crds = [text for name, text in rendered.items() if name != "admission-policies.yaml"]
+        for text in crds:
+            apply_yaml(admin, text, field_manager=FIELD_MANAGER, force=True)
+        ext = kubernetes.client.ApiextensionsV1Api(admin)
+        for text in crds:
+            name = yaml.safe_load(text.split("\n", 1)[1])["metadata"]["name"]
+            _wait(lambda: any(c.type == "Established" and c.status == "True"
+                              for c in ext.read_custom_resource_definition(name).status.conditions or []),
+                  f"CRD {name} to be established", 30)
+        apply_yaml(admin, rendered["admission-policies.yaml"], field_manager=FIELD_MANAGER, force=True)
+        core = kubernetes.client.CoreV1Api(admin)
+        try:
+            core.create_namespace({"metadata": {"name": self.namespace}})
+        except kubernetes.client.ApiException as err:
+            if err.status != 409:
+                raise
+        apply_yaml(admin, yaml.safe_dump_all(user_roles() + self._bindings(local=self.kubeconfig is None)),
+                   self.namespace, field_manager=FIELD_MANAGER, force=True)
+
+    def _bindings(self, local: bool) -> list[dict[str, Any]]:
+        def binding(kind: str, role: str, subject: dict[str, str], name: str) -> dict[str, Any]:
+            meta: dict[str, str] = {"name": name}
+            if kind == "RoleBinding":
+                meta["namespace"] = self.namespace
+            return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": [subject]}
+
+        rbac = "rbac.authorization.k8s.io"
+        docs = [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "agent", "namespace": self.namespace}},
+            binding("RoleBinding", "corral-agent-operator",
+                    {"kind": "ServiceAccount", "name": "agent", "namespace": self.namespace}, "demo-agent"),
+            binding("ClusterRoleBinding", "corral-capability-reader",
+                    {"apiGroup": rbac, "kind": "Group", "name": "system:authenticated"}, "corral-demo-capability-reader"),
+        ]
+        if local:
+            # The local plane's admin acts as an operator too (its stdio gateway creates Intents in its
+            # name), and its second identity approves what needs a person.
+            docs += [
+                binding("RoleBinding", "corral-agent-operator",
+                        {"apiGroup": rbac, "kind": "User", "name": files.ADMIN_USER}, "demo-admin-operator"),
+                binding("RoleBinding", "corral-approver", {"apiGroup": rbac, "kind": "User", "name": files.DEV_USER},
+                        "demo-approver"),
+            ]
+        return docs
+
+    def _agent_token(self, admin: kubernetes.client.ApiClient) -> Path:
+        request = {"spec": {"audiences": [], "expirationSeconds": 86400}}
+        token = kubernetes.client.CoreV1Api(admin).create_namespaced_service_account_token(
+            "agent", self.namespace, request).status.token
+        path = self.state_dir / "agent-token"
+        path.touch(mode=0o600)
+        path.write_text(token)
+        return path
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
+        log = logs / f"{name}.log"
+        with open(log, "ab") as out:
+            # A session of its own: Ctrl-C reaches only the demo, which stops the children in order.
+            proc = subprocess.Popen([sys.executable, "-m", "corral.cli.main", *args], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.children.append(Child(name, proc, log))
+
+    def _wait_healthy(self, name: str, url: str) -> None:
+        def healthy() -> bool:
+            self.check_children()
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        _wait(healthy, f"the {name} to answer {url}", 60)
+
+    def _wait_registered(self, admin: kubernetes.client.ApiClient, expected: int) -> None:
+        objects = kubernetes.client.CustomObjectsApi(admin)
+        last = [-1]
+
+        def registered() -> bool:
+            self.check_children()
+            items = objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "devices")["items"]
+            ready = sum(1 for i in items if (i.get("status") or {}).get("online") and (i.get("status") or {}).get("capability"))
+            if ready != last[0]:
+                self.progress(f"devices registered and online: {ready}/{expected}")
+                last[0] = ready
+            return ready >= expected
+
+        _wait(registered, "every simulated device to register", 120, interval_s=1.0)
+
+    # ---- run and stop ----------------------------------------------------------------------------------------
+
+    def check_children(self) -> None:
+        for child in self.children:
+            if child.proc.poll() is not None:
+                tail = "\n".join(child.log.read_text(errors="replace").splitlines()[-15:])
+                raise DevClusterError(f"the {child.name} exited with {child.proc.returncode} (log {child.log}):\n{tail}")
+
+    def stop(self) -> None:
+        # A second Ctrl-C must not cut the clean-up short and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for child in reversed(self.children):
+            if child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        for child in reversed(self.children):
+            try:
+                child.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait(5)
+            self.progress(f"stopped the {child.name}")
+        self.children.clear()
+        if self._plane is not None:
+            for line in self._plane.down():
+                self.progress(line)
+            self._plane = None
+
+
+def _wait(probe: Callable[[], bool], what: str, timeout_s: float, interval_s: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise DevClusterError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
