@@ -37,6 +37,9 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.peering.standalone = True
+        # The resources are known (Corral's own CRDs): no scanning of CRDs or namespaces, which would need
+        # list rights the controller's least-privilege role does not have.
+        settings.scanning.disabled = True
         settings.posting.enabled = False  # our Events are posted by audit.events, with richer references
         settings.watching.server_timeout = 300
         api_client = kubernetes.client.ApiClient()
