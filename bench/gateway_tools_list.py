@@ -30,7 +30,7 @@ import kubernetes
 
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import running_fleet
-from tests.gateway_harness import MODERN, HttpGateway, http_client
+from tests.gateway_harness import MODERN, HttpGateway, capabilities_readable, http_client
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
 
 TYPES = ["light", "env_fan", "sht30", "relay", "blind", "thermostat", "door_contact", "rgb_light"]
@@ -47,18 +47,6 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: agent}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-capabilities}}
-rules:
-- {{apiGroups: [corral.dev], resources: [capabilities], verbs: [get]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-capabilities}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-capabilities}}
 subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
 """
 
@@ -109,7 +97,8 @@ def main() -> None:
         fleet = {f"d{i:05d}": TYPES[i % len(TYPES)] for i in range(args.devices)}
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
         runs = []
-        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, fleet):
+        with tempfile.TemporaryDirectory() as logs, capabilities_readable(admin, namespace, "agent"), \
+                running_fleet(plane, prefix, fleet):
             controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
             controller.start()
             try:
@@ -134,9 +123,6 @@ def main() -> None:
                         gateway.stop()
             finally:
                 controller.stop()
-                rbac = kubernetes.client.RbacAuthorizationV1Api(admin)
-                rbac.delete_cluster_role_binding(f"{namespace}-capabilities")
-                rbac.delete_cluster_role(f"{namespace}-capabilities")
         for run in runs:
             print(f"tools/list, {run['devices_listed']} visible devices, {run['tools']} tools in {run['pages']} pages "
                   f"({'with' if run['device_tools'] else 'without'} device tools, {run['mode']}): "

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import yaml
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -86,3 +87,21 @@ class HttpGateway:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+@contextmanager
+def capabilities_readable(admin: Any, namespace: str, *service_accounts: str) -> Iterator[None]:
+    """Let these ServiceAccounts `get` Capabilities (cluster-scoped contracts) for the duration of a test."""
+    rbac = kubernetes.client.RbacAuthorizationV1Api(admin)
+    name = f"{namespace}-capabilities"
+    rbac.create_cluster_role({"metadata": {"name": name},
+                              "rules": [{"apiGroups": ["corral.dev"], "resources": ["capabilities"], "verbs": ["get"]}]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace} for sa in service_accounts]})
+    try:
+        yield
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)

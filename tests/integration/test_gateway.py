@@ -30,7 +30,8 @@ from corral.api.base import GROUP, VERSION
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from tests.gateway_harness import MODERN, MODES, HttpGateway, http_client, kubeconfig_for, stdio_client
+from tests.gateway_harness import (MODERN, MODES, HttpGateway, capabilities_readable, http_client, kubeconfig_for,
+                                   stdio_client)
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
 
 pytestmark = pytest.mark.integration
@@ -61,12 +62,6 @@ rules:
 - {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, read, approve]}}
 - {{apiGroups: [corral.dev], resources: [intents], verbs: [get, list]}}
 - {{apiGroups: [corral.dev], resources: [approvals], verbs: [get, list, create]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-capabilities}}
-rules:
-- {{apiGroups: [corral.dev], resources: [capabilities], verbs: [get]}}
 """
 
 BINDINGS = """
@@ -74,12 +69,6 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: {who}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {who}}}
-subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-{who}-capabilities}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-capabilities}}
 subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]
 """
 
@@ -108,8 +97,7 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
         tokens[who] = service_account_token(corral_api, namespace, who)
         kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
         wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
-    rbac = kubernetes.client.RbacAuthorizationV1Api(corral_api)
-    with running_fleet(plane, prefix, FLEET) as fleet:
+    with capabilities_readable(corral_api, namespace, *tokens), running_fleet(plane, prefix, FLEET) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--intent-timeout", "4", "--approval-window", "60")
         controller.start()
@@ -123,9 +111,6 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
             if gateway is not None:
                 gateway.stop()
             controller.stop()
-            for who in tokens:
-                rbac.delete_cluster_role_binding(f"{namespace}-{who}-capabilities")
-            rbac.delete_cluster_role(f"{namespace}-capabilities")
 
 
 def run(coro: Any) -> Any:

@@ -22,7 +22,7 @@ import yaml
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import hardware_applies, running_fleet
-from tests.gateway_harness import HttpGateway, kubeconfig_for
+from tests.gateway_harness import HttpGateway, capabilities_readable, kubeconfig_for
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
 from tests.mcptools import inspector_cli, run_conformance
 
@@ -44,18 +44,6 @@ kind: RoleBinding
 metadata: {{name: agent}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
 subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-agent-capabilities}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-capabilities}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-capabilities}}
-rules:
-- {{apiGroups: [corral.dev], resources: [capabilities], verbs: [get]}}
 """
 
 
@@ -66,22 +54,17 @@ def agent(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str,
     apply_yaml(corral_api, OPERATOR.format(ns=namespace), namespace)
     token = service_account_token(corral_api, namespace, "agent")
     wait_until_allowed(api_client(plane, token=token), "get", namespace, "devices")
-    rbac = kubernetes.client.RbacAuthorizationV1Api(corral_api)
     prefix = f"cf-{uuid.uuid4().hex[:8]}"
-    try:
-        with running_fleet(plane, prefix, FLEET) as fleet:
-            controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
-            controller.start()
-            try:
-                wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync")
-                                     for d in FLEET), "every device registered and in sync", timeout_s=30)
-                yield namespace, token, kubeconfig_for(plane, token, tmp_path / "agent.kubeconfig", namespace)
-                assert hardware_applies(fleet, "desk-light").count(("power", True)) <= 1
-            finally:
-                controller.stop()
-    finally:
-        rbac.delete_cluster_role_binding(f"{namespace}-agent-capabilities")
-        rbac.delete_cluster_role(f"{namespace}-capabilities")
+    with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, FLEET) as fleet:
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
+        controller.start()
+        try:
+            wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync")
+                                 for d in FLEET), "every device registered and in sync", timeout_s=30)
+            yield namespace, token, kubeconfig_for(plane, token, tmp_path / "agent.kubeconfig", namespace)
+            assert hardware_applies(fleet, "desk-light").count(("power", True)) <= 1
+        finally:
+            controller.stop()
 
 
 def test_the_conformance_suite_passes_every_scenario_that_applies_to_a_product_server(

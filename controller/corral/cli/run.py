@@ -14,6 +14,7 @@ import kubernetes
 
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
+from corral.obs import metrics
 from corral.reconcile.config import ControllerConfig
 from corral.decide.decision import Policy
 from corral.reconcile.handlers import build_registry
@@ -47,6 +48,8 @@ from corral.reconcile.intents import IntentSettings
               help="Seconds finished Intents are kept before they are deleted.")
 @click.option("--health-port", type=int, default=8080, show_default=True,
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
+@click.option("--metrics-port", type=int, default=0, show_default=True,
+              help="Port of Prometheus /metrics on all interfaces; 0 turns it off.")
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
 @click.option("--signing-keys", metavar="NAMESPACE/SECRET",
               help="Secret whose data entries are the trusted contract signing public keys.")
@@ -66,6 +69,7 @@ def run(
     intent_timeout: float,
     intent_ttl: float,
     health_port: int,
+    metrics_port: int,
     require_signatures: bool,
     signing_keys: str | None,
     verbose: bool,
@@ -109,6 +113,7 @@ def run(
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )
+    metrics.serve(metrics_port)
     asyncio.run(_operate(config, intent_settings, health_port, list(watch_namespaces)))
 
 

@@ -8,10 +8,12 @@ timeout or a crash reuses it, so a device never executes one change twice.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
 from corral.devices.messages import Ack
+from corral.obs import metrics
 
 
 class CommandTimeout(TimeoutError):
@@ -48,10 +50,17 @@ class CommandTracker:
             future = asyncio.get_running_loop().create_future()
             self._waiting[key] = future
         publish(command)
+        metrics.COMMANDS_SENT.inc()
+        started = time.monotonic()
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            ack = await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
+            metrics.COMMAND_RESULTS.labels(result="timed_out").inc()
             raise CommandTimeout(f"no ack for command {command['id']} within {timeout_s:g}s") from None
+        else:
+            metrics.ACK_SECONDS.observe(time.monotonic() - started)
+            metrics.COMMAND_RESULTS.labels(result="acked" if ack.ok else "failed").inc()
+            return ack
         finally:
             # A late ack for this id is then ignored; a resend with the same id gets the firmware's stored ack.
             if self._waiting.get(key) is future:

@@ -22,6 +22,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
 from corral.devices.topics import Topics
+from corral.obs import metrics
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class MqttLink:
     def _mark_connected(self) -> None:
         if self._ever_connected:
             self.reconnects += 1
+            metrics.MQTT_RECONNECTS.inc()
         self._ever_connected = True
         log.info("MQTT link up: %s:%s (MQTT %s)", self.address.host, self.address.port,
                  "5" if self._protocol == mqtt.MQTTv5 else "3.1.1")

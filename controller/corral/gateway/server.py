@@ -31,6 +31,7 @@ from corral.gateway.identity import Caller
 from corral.gateway.toolset import OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
 from corral.gateway.view import CallerView, Views
 from corral.gateway.visible import INDEX_URI
+from corral.obs import metrics
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,11 @@ class Gateway:
 
     async def list_tools(self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
+        with metrics.TOOLS_LIST_SECONDS.time():
+            return await self._list_tools(ctx, params)
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+                          ) -> types.ListToolsResult:
         view = await self.view(ctx)
         tools = view.memo.get("tools")
         if tools is None:
@@ -95,10 +101,19 @@ class Gateway:
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
         view = await self.view(ctx)
-        name, args = params.name, dict(params.arguments or {})
-        if not any(t["name"] == name for t in view.tools()) and name not in view.device_tool_map():
+        name = params.name
+        fixed = any(t["name"] == name for t in view.tools())
+        if not fixed and name not in view.device_tool_map():
             # A tool the caller was not shown does not exist for it.
+            metrics.TOOL_CALLS.labels(tool="unknown", outcome="unknown_tool").inc()
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+        result = await self._call(view, name, dict(params.arguments or {}))
+        code = (result.structured_content or {}).get("code") if isinstance(result.structured_content, dict) else None
+        outcome = "error" if result.is_error else (code or "ok")
+        metrics.TOOL_CALLS.labels(tool=name if fixed else "device_tool", outcome=outcome).inc()
+        return result
+
+    async def _call(self, view: CallerView, name: str, args: dict[str, Any]) -> types.CallToolResult:
         try:
             if name == "iot.list_devices":
                 return _ok({"devices": [d.summary() for d in view.visible()]})

@@ -30,6 +30,7 @@ from corral.devices.commands import CommandTimeout, CommandTracker
 from corral.devices.link import Inbound, MqttLink
 from corral.devices.plan import Command, plan, same_value
 from corral.devices.topics import Topics
+from corral.obs import metrics
 from corral.reconcile import conditions
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.fleet import DeviceCache, DeviceRuntime
@@ -143,6 +144,7 @@ class DeviceController:
             if kind != "info":
                 return  # devices become known through their contract
             rt = self.fleet[device_id] = DeviceRuntime(device_id)
+            metrics.device_online_changed(None, rt.online, new=True)
         try:
             if kind == "info":
                 self._on_info(rt, message.payload)
@@ -187,6 +189,7 @@ class DeviceController:
     def _on_status(self, rt: DeviceRuntime, payload: bytes) -> None:
         online = messages.parse_status(payload)
         if online != rt.online:
+            metrics.device_online_changed(rt.online, online)
             rt.online = online
             rt.state_known = False  # a device that was away may have restarted with other state
             rt.failures, rt.next_attempt = 0, 0.0

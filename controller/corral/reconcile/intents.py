@@ -20,6 +20,7 @@ from corral.contract.values import check
 from corral.decide.approvals import ApprovalView
 from corral.decide.decision import Decision, DeviceFacts, IntentFacts, Observation, Policy, decide
 from corral.decide.idempotency import params_hash
+from corral.obs import metrics
 from corral.reconcile.controller import DeviceController, DeviceRefused, rfc3339
 from corral.reconcile.kube import INTENTS_FIELD_MANAGER, FieldConflict, Kube
 from corral.reconcile.workqueue import WorkQueue
@@ -46,6 +47,7 @@ class IntentController:
         self.devices = devices
         self.intents: dict[tuple[str, str], dict[str, Any]] = {}
         self.approvals: dict[tuple[str, str], dict[str, Any]] = {}
+        self._awaiting: set[tuple[str, str]] = set()  # for the approvals-waiting gauge
         self.queue = WorkQueue()
         self._workers: list[asyncio.Task[None]] = []
 
@@ -64,9 +66,15 @@ class IntentController:
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         if event_type == "DELETED":
             self.intents.pop(key, None)
-            return
-        self.intents[key] = body
-        self.queue.add(_key(key))
+            self._awaiting.discard(key)
+        else:
+            self.intents[key] = body
+            if (body.get("status") or {}).get("phase") == "AwaitingApproval":
+                self._awaiting.add(key)
+            else:
+                self._awaiting.discard(key)
+            self.queue.add(_key(key))
+        metrics.APPROVALS_WAITING.set(len(self._awaiting))
 
     def on_approval_event(self, event_type: str, body: dict[str, Any]) -> None:
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
@@ -272,6 +280,9 @@ class IntentController:
                   "message": message[:1024], "decidedAt": rfc3339(datetime.now(UTC))}
         await self._write(body, status, "final")
         body["status"] = {**(body.get("status") or {}), **status}
+        metrics.INTENTS.labels(code=code).inc()
+        created = _parse_time(body["metadata"]["creationTimestamp"])
+        metrics.INTENT_SECONDS.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
         kind = "Normal" if code == "EXECUTED" else "Warning"
         note = f"{code}: {message} (requested by {body['spec']['requester']})"
         await self._event(body, code.title().replace("_", ""), "Decide", note, kind)

@@ -8,13 +8,13 @@ because "no write when nothing changed" is a promise that tests measure.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Any
 
 import kubernetes
 
 from corral.api.base import GROUP, VERSION
 from corral.client.errors import api_message
+from corral.obs import metrics
 
 FIELD_MANAGER = "corral-controller"
 # Executed Intents own the target fields they set, under their own name, so that
@@ -34,7 +34,6 @@ class Kube:
         self._objects = kubernetes.client.CustomObjectsApi(api_client)
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._authz = kubernetes.client.AuthorizationV1Api(api_client)
-        self.status_writes: Counter[str] = Counter()
 
     async def apply_device_status(self, namespace: str, name: str, status: dict[str, Any], reason: str) -> None:
         await self.apply_status("devices", namespace, name, "Device", status, reason)
@@ -84,7 +83,7 @@ class Kube:
             GROUP, VERSION, namespace, plural, name, body,
             field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY,
         )
-        self.status_writes[reason] += 1
+        metrics.STATUS_WRITES.labels(reason=reason).inc()
 
     async def apply_intent_target(self, namespace: str, device: str, target: dict[str, Any], intent: str) -> dict[str, Any]:
         """Apply spec.target entries as `corral-intents`, without force: a field owned by someone else is a conflict."""

@@ -1,0 +1,44 @@
+"""Prometheus metrics of the controller and the gateway, named after Prometheus conventions (`corral_` prefix,
+base units, `_total` counters). They live in the default registry; `serve()` exposes it on /metrics.
+
+Label values are bounded: decision codes, tool names of the fixed tools, write reasons. Per-device tools
+are counted as one label value (`device_tool`), so a fleet of thousands cannot explode the series count.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+DEVICES = Gauge("corral_devices", "Devices known to the controller, by MQTT online state.", ["online"])
+COMMANDS_SENT = Counter("corral_commands_sent_total", "Commands published to devices (a resend counts again).")
+COMMAND_RESULTS = Counter("corral_command_results_total", "What became of sent commands.", ["result"])
+ACK_SECONDS = Histogram("corral_command_ack_seconds", "Time from publishing a command to its ack.",
+                        buckets=_LATENCY_BUCKETS)
+INTENTS = Counter("corral_intents_total", "Intents that reached a final decision code.", ["code"])
+INTENT_SECONDS = Histogram("corral_intent_decision_seconds", "Time from an Intent's creation to its final code.",
+                           buckets=_LATENCY_BUCKETS + (30.0, 60.0, 300.0))
+APPROVALS_WAITING = Gauge("corral_approvals_waiting", "Intents waiting for a human approval.")
+STATUS_WRITES = Counter("corral_status_writes_total", "Status writes to the API server, by reason.", ["reason"])
+MQTT_RECONNECTS = Counter("corral_mqtt_reconnects_total", "Times the controller's MQTT link came back after a loss.")
+TOOL_CALLS = Counter("corral_mcp_tool_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"])
+TOOLS_LIST_SECONDS = Histogram("corral_mcp_tools_list_seconds", "Time the gateway takes to answer tools/list.",
+                               buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5))
+
+
+def online_label(online: bool | None) -> str:
+    return "unknown" if online is None else str(online).lower()
+
+
+def device_online_changed(before: bool | None, after: bool | None, new: bool = False) -> None:
+    """Move one device between the online-state series (new: it was not counted yet)."""
+    if not new:
+        DEVICES.labels(online=online_label(before)).dec()
+    DEVICES.labels(online=online_label(after)).inc()
+
+
+def serve(port: int) -> None:
+    """/metrics on all interfaces, from a thread of prometheus_client's own (never the event loop)."""
+    if port:
+        start_http_server(port)
