@@ -13,7 +13,7 @@ import kubernetes
 from corral.client.errors import api_message
 from corral.gateway.identity import Caller, kubeconfig_configuration
 from corral.gateway.view import CallerView, Capabilities
-from corral.obs import metrics
+from corral.obs import metrics, tracing
 
 
 def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kubernetes.client.Configuration, str]:
@@ -54,11 +54,13 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="Seconds between reviews of a caller's RBAC rules.")
 @click.option("--metrics-port", type=int, default=0, show_default=True,
               help="Port of Prometheus /metrics on all interfaces; 0 turns it off.")
+@click.option("--traces", type=click.Choice(tracing.TRACERS), default="off", show_default=True,
+              help="otlp: export OpenTelemetry traces over OTLP/HTTP (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None,
         device_tools: bool, wait_s: float, update_interval: float, access_refresh: float, metrics_port: int,
-        verbose: bool) -> None:
+        traces: str, verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -69,6 +71,7 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     from corral.gateway.serve import http_app, serve_http, serve_stdio  # the SDK's server stack loads only here
 
     metrics.serve(metrics_port)
+    tracing.setup("corral-gateway", traces)
 
     if transport == "stdio":
         asyncio.run(serve_stdio(config, served, wait_s=wait_s, **options))

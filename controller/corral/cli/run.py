@@ -14,7 +14,7 @@ import kubernetes
 
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
-from corral.obs import metrics
+from corral.obs import metrics, tracing
 from corral.reconcile.config import ControllerConfig
 from corral.decide.decision import Policy
 from corral.reconcile.handlers import build_registry
@@ -50,6 +50,8 @@ from corral.reconcile.intents import IntentSettings
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
 @click.option("--metrics-port", type=int, default=0, show_default=True,
               help="Port of Prometheus /metrics on all interfaces; 0 turns it off.")
+@click.option("--traces", type=click.Choice(tracing.TRACERS), default="off", show_default=True,
+              help="otlp: export OpenTelemetry traces over OTLP/HTTP (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT).")
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
 @click.option("--signing-keys", metavar="NAMESPACE/SECRET",
               help="Secret whose data entries are the trusted contract signing public keys.")
@@ -70,6 +72,7 @@ def run(
     intent_ttl: float,
     health_port: int,
     metrics_port: int,
+    traces: str,
     require_signatures: bool,
     signing_keys: str | None,
     verbose: bool,
@@ -114,6 +117,7 @@ def run(
         ttl=timedelta(seconds=intent_ttl),
     )
     metrics.serve(metrics_port)
+    tracing.setup("corral-controller", traces)
     asyncio.run(_operate(config, intent_settings, health_port, list(watch_namespaces)))
 
 

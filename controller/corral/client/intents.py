@@ -35,9 +35,11 @@ def whoami(api_client: kubernetes.client.ApiClient) -> str:
     return str(review.status.user_info.username)
 
 
-def submit(api_client: kubernetes.client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> Submitted:
+def submit(api_client: kubernetes.client.ApiClient, namespace: str, name: str, spec: dict[str, Any],
+           annotations: dict[str, str] | None = None) -> Submitted:
     objects = kubernetes.client.CustomObjectsApi(api_client)
-    body = {"apiVersion": API_VERSION, "kind": "Intent", "metadata": {"name": name}, "spec": spec}
+    metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+    body = {"apiVersion": API_VERSION, "kind": "Intent", "metadata": metadata, "spec": spec}
     try:
         created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "intents", body)
         return Submitted("CREATED", created, f"Intent {name} created.")

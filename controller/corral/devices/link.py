@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlparse
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from corral.devices.topics import Topics
@@ -100,11 +102,21 @@ class MqttLink:
         client.disconnect()
         client.loop_stop()
 
-    def publish(self, topic: str, payload: dict[str, Any], qos: int = 1) -> None:
-        """Queue a message; paho sends it now or after the next reconnect (QoS 1 is retried by paho)."""
+    def publish(self, topic: str, payload: dict[str, Any], qos: int = 1, trace: dict[str, str] | None = None) -> None:
+        """Queue a message; paho sends it now or after the next reconnect (QoS 1 is retried by paho).
+
+        `trace` (W3C traceparent headers) travels as MQTT 5 user properties, or in the payload under
+        `trace` when the broker speaks only 3.1.1.
+        """
         if self._client is None:
             raise RuntimeError("the MQTT link is not started")
-        self._client.publish(topic, json.dumps(payload, separators=(",", ":")), qos=qos)
+        properties = None
+        if trace and self._protocol == mqtt.MQTTv5:
+            properties = Properties(PacketTypes.PUBLISH)
+            properties.UserProperty = list(trace.items())
+        elif trace:
+            payload = {**payload, "trace": trace}
+        self._client.publish(topic, json.dumps(payload, separators=(",", ":")), qos=qos, properties=properties)
 
     # paho thread ---------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from corral.gateway.identity import Caller
 from corral.gateway.toolset import OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
 from corral.gateway.view import CallerView, Views
 from corral.gateway.visible import INDEX_URI
-from corral.obs import metrics
+from corral.obs import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +144,23 @@ class Gateway:
         if device.namespace not in view.grants().create_intents:
             raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.")
         request_id, spec = intent_spec(device, args, view.username or "", view.mqtt_id_of)
-        submitted = await asyncio.to_thread(_submit, view.caller, device.namespace, request_id, spec)
+        with tracing.tracer().start_as_current_span("corral.gateway.control", attributes={
+                "corral.device": device.id, "corral.actuator": spec["actuator"], "corral.request_id": request_id}) as span:
+            outcome = await self._submit_and_settle(view, device.namespace, request_id, spec)
+            span.set_attribute("corral.code", outcome["code"])
+        return _ok(outcome)
+
+    async def _submit_and_settle(self, view: CallerView, namespace: str, request_id: str, spec: dict[str, Any]
+                                 ) -> dict[str, Any]:
+        submitted = await asyncio.to_thread(_submit, view.caller, namespace, request_id, spec, tracing.annotations())
         if submitted.code == "DENY_ID_CONFLICT":
-            return _ok(_outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message))
-        intent = await self._settle(view.caller, device.namespace, request_id)
+            return _outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message)
+        intent = await self._settle(view.caller, namespace, request_id)
         outcome = _outcome(intent, request_id)
         if submitted.code == "DEDUP":
             outcome = {**outcome, "code": "DEDUP", "message": f"Same request as before ({outcome['code']}): "
                                                                f"{outcome['message']} Nothing was run again."}
-        return _ok(outcome)
+        return outcome
 
     async def _settle(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
         """The Intent once it is final or awaiting approval, or as it is after `wait_s`."""
@@ -343,9 +351,9 @@ def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, m
             "message": message, "phase": phase, "before": status.get("before"), "after": status.get("after")}
 
 
-def _submit(caller: Caller, namespace: str, name: str, spec: dict[str, Any]) -> Any:
+def _submit(caller: Caller, namespace: str, name: str, spec: dict[str, Any], annotations: dict[str, str]) -> Any:
     with caller.new_client() as client:
-        return submit(client, namespace, name, spec)
+        return submit(client, namespace, name, spec, annotations)
 
 
 def _get_intent(caller: Caller, namespace: str, name: str) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind
 
 from corral.api.base import API_VERSION
 from corral.api.capability import CapabilitySpec, capability_name
@@ -30,7 +32,7 @@ from corral.devices.commands import CommandTimeout, CommandTracker
 from corral.devices.link import Inbound, MqttLink
 from corral.devices.plan import Command, plan, same_value
 from corral.devices.topics import Topics
-from corral.obs import metrics
+from corral.obs import metrics, tracing
 from corral.reconcile import conditions
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.fleet import DeviceCache, DeviceRuntime
@@ -79,6 +81,8 @@ class DeviceController:
         self._link_up_since = 0.0
         # device id -> (actuator, wanted value, future): Intents waiting for the device to report a value.
         self._expectations: dict[str, list[tuple[str, Any, asyncio.Future[dict[str, Any]]]]] = {}
+        # The trace of the Intent that wants (device, actuator) changed: its command joins that trace.
+        self._command_traces: dict[tuple[str, str], Context] = {}
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -313,13 +317,19 @@ class DeviceController:
             await self._event(body, "CommandSent", "Command",
                               f"{command.action} {command.actuator}={_json(command.value)} (command {command.id}; "
                               f"cause: {cause}); before: {_json(before)}")
+            trace = self._command_traces.pop((rt.device_id, command.actuator), None)
             try:
-                ack = await self.tracker.send(
-                    rt.device_id,
-                    lambda payload: self.link.publish(self.topics.of(rt.device_id, "cmd"), payload),
-                    command.payload(),
-                    self.config.command_timeout_s,
-                )
+                with tracing.tracer().start_as_current_span(
+                        "corral.device.command", context=trace, kind=SpanKind.PRODUCER,
+                        attributes={"corral.device_id": rt.device_id, "corral.command": command.id,
+                                    "messaging.system": "mqtt"}):
+                    ack = await self.tracker.send(
+                        rt.device_id,
+                        lambda payload: self.link.publish(self.topics.of(rt.device_id, "cmd"), payload,
+                                                          trace=tracing.carrier()),
+                        command.payload(),
+                        self.config.command_timeout_s,
+                    )
             except CommandTimeout as err:
                 self._backoff(rt)
                 await self._event(body, "CommandTimeout", "Command",
@@ -361,11 +371,15 @@ class DeviceController:
 
     # Expectations (for Intents) ---------------------------------------------------------
 
-    def expect(self, device_id: str, actuator: str, value: Any) -> asyncio.Future[dict[str, Any]]:
+    def expect(self, device_id: str, actuator: str, value: Any, trace: Context | None = None
+               ) -> asyncio.Future[dict[str, Any]]:
         """A future for the device's full state once it reports `actuator == value`.
 
-        It fails with DeviceRefused when the device refuses a command for that actuator.
+        It fails with DeviceRefused when the device refuses a command for that actuator. `trace`: the
+        context the command that gets it there is traced in.
         """
+        if trace is not None:
+            self._command_traces[(device_id, actuator)] = trace
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         rt = self.fleet.get(device_id)
         if rt is not None and rt.state_known and same_value(rt.reported.get(actuator), value):

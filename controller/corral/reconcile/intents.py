@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from opentelemetry import context as otel_context
+
 from corral.api.base import API_VERSION
 from corral.audit.events import EventRecorder, ObjectRef
 from corral.contract.values import check
 from corral.decide.approvals import ApprovalView
 from corral.decide.decision import Decision, DeviceFacts, IntentFacts, Observation, Policy, decide
 from corral.decide.idempotency import params_hash
-from corral.obs import metrics
+from corral.obs import metrics, tracing
 from corral.reconcile.controller import DeviceController, DeviceRefused, rfc3339
 from corral.reconcile.kube import INTENTS_FIELD_MANAGER, FieldConflict, Kube
 from corral.reconcile.workqueue import WorkQueue
@@ -105,6 +107,14 @@ class IntentController:
         body = self.intents.get(key)
         if body is None:
             return
+        # Joins the trace of whoever created the Intent (the gateway's tool call), if it carries one.
+        with tracing.tracer().start_as_current_span(
+                "corral.intent.reconcile", context=tracing.context_of(body),
+                attributes={"corral.intent": f"{key[0]}/{key[1]}"}) as span:
+            await self._reconcile(key, body)
+            span.set_attribute("corral.phase", str((body.get("status") or {}).get("phase")))
+
+    async def _reconcile(self, key: tuple[str, str], body: dict[str, Any]) -> None:
         status = body.get("status") or {}
         phase = status.get("phase")
         if phase in FINAL_PHASES:
@@ -246,7 +256,7 @@ class IntentController:
         assert actuator is not None
         value = check(actuator, spec["params"]["value"])  # checked by decide(); this gives its canonical type
         target = {**_owned_target(device_body, INTENTS_FIELD_MANAGER), spec["actuator"]: value}
-        reached = self.devices.expect(rt.device_id, spec["actuator"], value)
+        reached = self.devices.expect(rt.device_id, spec["actuator"], value, trace=otel_context.get_current())
         try:
             await self.kube.apply_intent_target(namespace, spec["device"], target, name)
         except FieldConflict as conflict:

@@ -1,15 +1,22 @@
-"""Prometheus metrics of the controller and the gateway, scraped from /metrics while they work."""
+"""Observability of one tool call: Prometheus metrics scraped from /metrics, and one OpenTelemetry trace
+from the MCP tool call through the Intent to the MQTT command, received over OTLP/HTTP by a receiver
+in the test (the same protocol an OpenTelemetry Collector speaks)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
@@ -47,8 +54,48 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
-def test_the_controller_and_gateway_count_what_happens(
-        plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> None:
+class OtlpReceiver(ThreadingHTTPServer):
+    """Accepts OTLP/HTTP protobuf trace exports on /v1/traces and keeps every span."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+                for resource_spans in request.resource_spans:
+                    service = next(a.value.string_value for a in resource_spans.resource.attributes
+                                   if a.key == "service.name")
+                    for scope in resource_spans.scope_spans:
+                        for span in scope.spans:
+                            receiver.spans.append({"name": span.name, "service": service,
+                                                   "trace": span.trace_id.hex(), "id": span.span_id.hex(),
+                                                   "parent": span.parent_span_id.hex()})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    # Inherited by the controller and gateway processes the test starts.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.server_address[1]}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    yield receiver
+    receiver.shutdown()
+
+
+def test_one_tool_call_is_counted_and_traced_end_to_end(
+        plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path,
+        otlp: OtlpReceiver) -> None:
     apply_yaml(corral_api, ROLE.format(ns=namespace), namespace)
     token = service_account_token(corral_api, namespace, "agent")
     wait_until_allowed(api_client(plane, token=token), "write", namespace, "devices")
@@ -56,13 +103,14 @@ def test_the_controller_and_gateway_count_what_happens(
     controller_metrics, gateway_metrics = free_port(), free_port()
     with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, {"desk-light": "light"}):
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
-                                       "--metrics-port", str(controller_metrics))
+                                       "--metrics-port", str(controller_metrics), "--traces", "otlp")
         controller.start()
         gateway = None
         try:
             wait_for(lambda: (device(corral_api, namespace, "desk-light").get("status") or {}).get("inSync"),
                      "the light registered", timeout_s=30)
-            gateway = HttpGateway(plane, namespace, tmp_path / "gateway.log", "--metrics-port", str(gateway_metrics))
+            gateway = HttpGateway(plane, namespace, tmp_path / "gateway.log", "--metrics-port", str(gateway_metrics),
+                                  "--traces", "otlp")
 
             async def agent() -> None:
                 async with http_client(gateway.url, token) as client:
@@ -77,6 +125,8 @@ def test_the_controller_and_gateway_count_what_happens(
             seen = wait_for(lambda: (m := scrape(controller_metrics)).get(
                 'corral_intents_total{code="EXECUTED"}') == 1 and m, "the controller to count the Intent")
             gw = scrape(gateway_metrics)
+            wanted = {"corral.gateway.control", "corral.intent.reconcile", "corral.device.command"}
+            wait_for(lambda: wanted <= {s["name"] for s in otlp.spans}, "the spans of the tool call", timeout_s=15)
         finally:
             if gateway is not None:
                 gateway.stop()
@@ -90,3 +140,12 @@ def test_the_controller_and_gateway_count_what_happens(
     assert gw['corral_mcp_tool_calls_total{outcome="EXECUTED",tool="iot.control"}'] == 1
     assert gw['corral_mcp_tool_calls_total{outcome="error",tool="iot.query"}'] == 1
     assert gw["corral_mcp_tools_list_seconds_count"] >= 1
+
+    control = next(s for s in otlp.spans if s["name"] == "corral.gateway.control")
+    trace = [s for s in otlp.spans if s["trace"] == control["trace"]]
+    by_id = {s["id"]: s for s in trace}
+    command = next(s for s in trace if s["name"] == "corral.device.command")
+    reconcile = by_id[command["parent"]]
+    assert reconcile["name"] == "corral.intent.reconcile" and reconcile["service"] == "corral-controller"
+    assert by_id[reconcile["parent"]] is control and control["service"] == "corral-gateway"
+    assert by_id[control["parent"]]["name"].startswith("tools/call"), "the SDK's own server span is the root"

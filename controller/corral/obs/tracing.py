@@ -1,0 +1,62 @@
+"""OpenTelemetry tracing: one trace from an MCP tool call to the device's ack, across three hops.
+
+- gateway -> controller: the Intent carries the W3C `traceparent` in the annotation `corral.dev/traceparent`;
+- Intent -> device command: in-process, the Intent's context rides with its expectation on the device;
+- controller -> device: MQTT 5 user properties `traceparent` (MQTT 3.1.1: a `trace` object in the payload,
+  which the firmware ignores).
+
+Off by default (the API's no-op tracer). `setup("otlp")` exports over OTLP/HTTP; the endpoint and the
+rest come from the standard OTEL_EXPORTER_OTLP_* environment variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+
+TRACEPARENT_ANNOTATION = "corral.dev/traceparent"
+TRACERS = ("off", "otlp")
+
+
+def setup(service: str, exporter: str) -> None:
+    if exporter == "off":
+        return
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer("corral")
+
+
+def carrier() -> dict[str, str]:
+    """The current context as W3C headers ({} when nothing is traced)."""
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    return headers
+
+
+def context_from(headers: Mapping[str, Any] | None) -> Context | None:
+    if not headers or "traceparent" not in headers:
+        return None
+    return propagate.extract({k: str(v) for k, v in headers.items()})
+
+
+def annotations() -> dict[str, str]:
+    """Annotations that carry the current context on an object (for the Kubernetes hop)."""
+    traceparent = carrier().get("traceparent")
+    return {TRACEPARENT_ANNOTATION: traceparent} if traceparent else {}
+
+
+def context_of(body: Mapping[str, Any]) -> Context | None:
+    traceparent = ((body.get("metadata") or {}).get("annotations") or {}).get(TRACEPARENT_ANNOTATION)
+    return context_from({"traceparent": traceparent}) if traceparent else None
