@@ -7,6 +7,7 @@ import platform
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,3 +54,78 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
     return path
+
+
+AGENT_ROLE = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: agent}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, read, listen, write]}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, watch, create]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: agent}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
+subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
+"""
+
+
+@contextmanager
+def agent_namespace(plane: Plane) -> Iterator[tuple[Any, str, str]]:
+    """A fresh namespace with Corral's CRDs installed and an agent ServiceAccount allowed to read and
+    write devices and read contracts: (admin client, namespace, the agent's token)."""
+    import kubernetes
+
+    from tests.gateway_harness import capabilities_readable
+    from tests.harness import api_client, apply_yaml, service_account_token, wait_until_allowed
+
+    admin = api_client(plane)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        apply_yaml(admin, path.read_text(), field_manager="corral-install", force=True)
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
+    apply_yaml(admin, AGENT_ROLE.format(ns=namespace), namespace)
+    token = service_account_token(admin, namespace, "agent")
+    wait_until_allowed(api_client(plane, token=token), "write", namespace, "devices")
+    with capabilities_readable(admin, namespace, "agent"):
+        yield admin, namespace, token
+
+
+def wait_registered(admin: Any, namespace: str, count: int, timeout_s: float = 300) -> float:
+    """Seconds until `count` Devices are online with a contract (progress to stderr)."""
+    import kubernetes
+
+    objects = kubernetes.client.CustomObjectsApi(admin)
+    started = time.monotonic()
+    last = -1
+    while True:
+        items = objects.list_namespaced_custom_object("corral.dev", "v1alpha1", namespace, "devices")["items"]
+        ready = sum(1 for i in items if (i.get("status") or {}).get("online") and (i.get("status") or {}).get("capability"))
+        if ready != last:
+            say(f"  {ready}/{count} devices registered")
+            last = ready
+        if ready >= count:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"only {ready}/{count} devices registered after {timeout_s:.0f} s")
+        time.sleep(1)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A /metrics page as {series: value}, for corral_ series."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {m.group(1): float(m.group(2)) for line in text.splitlines()
+            if (m := re.fullmatch(r"(corral_[^\s]+) ([-+\d.eE]+|NaN)", line))}
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

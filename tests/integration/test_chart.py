@@ -172,8 +172,9 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
                               "the approved Intent to finish", timeout_s=20)
             assert locked["status"]["code"] == "EXECUTED"
             assert hardware_applies(fleet, "back-lock").count(("locked", True)) == 1
-            events = kubernetes.client.EventsV1Api(admin).list_namespaced_event(HOME).items
-            assert any(e.reason == "CommandSent" for e in events), "the controller may post Events"
+            wait_for(lambda: any(e.reason == "CommandSent"
+                                 for e in kubernetes.client.EventsV1Api(admin).list_namespaced_event(HOME).items),
+                     "the controller to post Events")
             wait_for(lambda: _gone(objects, "porch-on"), "the finished Intent to be deleted after its TTL",
                      timeout_s=30)
         finally:

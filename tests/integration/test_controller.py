@@ -299,8 +299,9 @@ def test_a_device_changed_by_hand_is_driven_back_under_enforce_and_left_alone_un
         assert in_sync["reason"] == "Drifted"
         assert hardware_applies(fleet, "hall-fan")[-1] == ("fan", "high")  # left alone
         for name in ("hall-light", "hall-fan"):
-            drift_events = [e for e in events(corral_api, namespace, name) if e.reason == "Drift"]
-            assert drift_events and drift_events[0].type == "Warning"
+            drift_events = wait_for(lambda: [e for e in events(corral_api, namespace, name) if e.reason == "Drift"],
+                                    f"the Drift Event of {name}")
+            assert drift_events[0].type == "Warning"
 
 
 def test_a_device_made_by_a_person_binds_when_its_device_appears(
@@ -346,7 +347,9 @@ def test_a_second_device_claiming_the_same_device_id_is_refused_and_told_why(
         )
         assert bound["status"] == "False" and bound["reason"] == "DuplicateDeviceId"
         assert f"already bound to Device {namespace}/garage-door" in bound["message"]
-        assert [e.reason for e in events(corral_api, namespace, "garage-door-copy")] == ["DuplicateDeviceId"]
+        reasons = wait_for(lambda: [e.reason for e in events(corral_api, namespace, "garage-door-copy")],
+                           "the DuplicateDeviceId Event")
+        assert reasons == ["DuplicateDeviceId"]
 
 
 def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_accepted(

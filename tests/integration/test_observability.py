@@ -33,7 +33,7 @@ kind: Role
 metadata: {{name: agent}}
 rules:
 - {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, read, write]}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, create]}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, watch, create]}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -123,7 +123,8 @@ def test_one_tool_call_is_counted_and_traced_end_to_end(
 
             asyncio.run(agent())
             seen = wait_for(lambda: (m := scrape(controller_metrics)).get(
-                'corral_intents_total{code="EXECUTED"}') == 1 and m, "the controller to count the Intent")
+                'corral_intents_total{code="EXECUTED"}') and m, "the controller to count the Intent")
+            assert seen['corral_intents_total{code="EXECUTED"}'] == 1, seen
             gw = scrape(gateway_metrics)
             wanted = {"corral.gateway.control", "corral.intent.reconcile", "corral.device.command"}
             wait_for(lambda: wanted <= {s["name"] for s in otlp.spans}, "the spans of the tool call", timeout_s=15)

@@ -19,11 +19,12 @@ def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
 USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
     "agent-reader": [
         _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen"]),
-        _rule(GROUP, ["intents"], ["get", "list"]),
+        _rule(GROUP, ["intents"], ["get", "list", "watch"]),
     ],
     "agent-operator": [
         _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen", "write"]),
-        _rule(GROUP, ["intents"], ["get", "list", "create"]),
+        # watch: the gateway follows an Intent to its outcome instead of polling it
+        _rule(GROUP, ["intents"], ["get", "list", "watch", "create"]),
     ],
     "approver": [
         _rule(GROUP, ["devices"], ["get", "list", "read", "approve"]),

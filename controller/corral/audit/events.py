@@ -13,7 +13,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import kubernetes
 
@@ -68,9 +68,21 @@ def event_body(
 
 
 class EventRecorder:
-    def __init__(self, api_client: kubernetes.client.ApiClient, instance: str | None = None) -> None:
+    """Posts Events in the order they happen, from a queue of its own.
+
+    Events are for people; the work they describe must not wait for them. `post()` stamps the Event
+    and queues it; one worker sends them in order. When the API server is slow and the queue is full,
+    the oldest waiting Events are dropped (with a log line), never the work. `close()` sends what is
+    queued before the controller exits.
+    """
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, instance: str | None = None,
+                 max_queued: int = 10_000) -> None:
         self._events = kubernetes.client.EventsV1Api(api_client)
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_queued)
+        self._worker: asyncio.Task[None] | None = None
+        self.dropped = 0
 
     async def post(
         self,
@@ -81,8 +93,34 @@ class EventRecorder:
         type_: Literal["Normal", "Warning"] = "Normal",
     ) -> None:
         body = event_body(regarding, reason, action, note, type_, self.instance, datetime.now(UTC))
+        if self._queue.full():
+            self._queue.get_nowait()
+            self._queue.task_done()
+            self.dropped += 1
+            log.warning("Event queue full: dropped the oldest waiting Event (%d so far)", self.dropped)
+        self._queue.put_nowait(body)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._send_all(), name="corral-events")
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Send what is queued (for at most timeout_s), then stop."""
         try:
-            await asyncio.to_thread(self._events.create_namespaced_event, body["metadata"]["namespace"], body)  # type: ignore[index]
-        except kubernetes.client.ApiException as err:
-            # An Event that cannot be posted must not stop the work it describes.
-            log.warning("could not post Event %s on %s/%s: %s", reason, regarding.kind, regarding.name, err.reason)
+            await asyncio.wait_for(self._queue.join(), timeout_s)
+        except TimeoutError:
+            log.warning("%d Events were not posted before exit", self._queue.qsize())
+        if self._worker is not None:
+            self._worker.cancel()
+
+    async def _send_all(self) -> None:
+        while True:
+            body = await self._queue.get()
+            try:
+                await asyncio.to_thread(self._events.create_namespaced_event, body["metadata"]["namespace"], body)
+            except kubernetes.client.ApiException as err:
+                # An Event that cannot be posted must not stop the work it describes.
+                log.warning("could not post Event %s on %s/%s: %s", body["reason"], body["regarding"]["kind"],
+                            body["regarding"]["name"], err.reason)
+            except Exception:  # noqa: BLE001 - keep the worker alive for the next Event
+                log.exception("could not post Event %s", body["reason"])
+            finally:
+                self._queue.task_done()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -152,24 +154,30 @@ class Gateway:
 
     async def _submit_and_settle(self, view: CallerView, namespace: str, request_id: str, spec: dict[str, Any]
                                  ) -> dict[str, Any]:
-        submitted = await asyncio.to_thread(_submit, view.caller, namespace, request_id, spec, tracing.annotations())
+        submitted = await asyncio.to_thread(_submit, view.client, namespace, request_id, spec, tracing.annotations())
         if submitted.code == "DENY_ID_CONFLICT":
             return _outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message)
-        intent = await self._settle(view.caller, namespace, request_id)
+        intent = await self._settle(view.client, namespace, request_id)
         outcome = _outcome(intent, request_id)
         if submitted.code == "DEDUP":
             outcome = {**outcome, "code": "DEDUP", "message": f"Same request as before ({outcome['code']}): "
                                                                f"{outcome['message']} Nothing was run again."}
         return outcome
 
-    async def _settle(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
-        """The Intent once it is final or awaiting approval, or as it is after `wait_s`."""
+    async def _settle(self, client: Client, namespace: str, name: str) -> dict[str, Any]:
+        """The Intent once it is final or awaiting approval, or as it is after `wait_s`.
+
+        Followed with a watch when the caller may watch Intents (the answer comes the moment the
+        controller writes it), else polled.
+        """
+        watched = await asyncio.to_thread(_watch_until_settled, client, namespace, name, self.wait_s)
+        if watched is not None:
+            return watched
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
         while True:
-            intent = await asyncio.to_thread(_get_intent, caller, namespace, name)
-            phase = (intent.get("status") or {}).get("phase")
-            if phase in FINAL_PHASES or phase == "AwaitingApproval" or loop.time() > deadline:
+            intent = await asyncio.to_thread(_get_intent, client, namespace, name)
+            if _settled(intent) or loop.time() > deadline:
                 return intent
             await asyncio.sleep(0.02)
 
@@ -181,7 +189,7 @@ class Gateway:
             if not view.access.may(ns, "get", "intents", name=request_id):
                 continue
             try:
-                intent = await asyncio.to_thread(_get_intent, view.caller, ns, request_id)
+                intent = await asyncio.to_thread(_get_intent, view.client, ns, request_id)
             except kubernetes.client.ApiException as err:
                 if err.status in (403, 404):
                     continue
@@ -195,7 +203,7 @@ class Gateway:
             raise ArgumentError(f"You may not change Device {device.id}.")
         argument = {"alias": "alias", "notes": "note", "location": "location"}[field]
         text = clean_overlay(field, args.get(argument))
-        await asyncio.to_thread(_patch_overlay, view.caller, device.namespace, device.name, field, text)
+        await asyncio.to_thread(_patch_overlay, view.client, device.namespace, device.name, field, text)
         return _ok({"device_id": device.id, "field": argument, "value": text})
 
     # ---- resources --------------------------------------------------------------------------------------------
@@ -272,7 +280,7 @@ class Gateway:
         device = view.find((params.arguments or {}).get("device_id"))
         if device is None:
             raise MCPError(types.INVALID_PARAMS, "device_id must name a device you can see (see iot.list_devices).")
-        events = await asyncio.to_thread(_recent_events, view.caller, device.namespace, device.name)
+        events = await asyncio.to_thread(_recent_events, view.client, device.namespace, device.name)
         text = (
             f"Diagnose device {device.id}. Work through it in this order and say what you find at each step:\n"
             "1. Is it online, and when was it last seen? An offline device cannot act; say so and stop.\n"
@@ -351,32 +359,61 @@ def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, m
             "message": message, "phase": phase, "before": status.get("before"), "after": status.get("after")}
 
 
-def _submit(caller: Caller, namespace: str, name: str, spec: dict[str, Any], annotations: dict[str, str]) -> Any:
-    with caller.new_client() as client:
-        return submit(client, namespace, name, spec, annotations)
+# The helpers below block on the network: the handlers call them in threads, with the caller's client.
+Client = kubernetes.client.ApiClient
 
 
-def _get_intent(caller: Caller, namespace: str, name: str) -> dict[str, Any]:
-    with caller.new_client() as client:
-        return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "intents", name)
+def _submit(client: Client, namespace: str, name: str, spec: dict[str, Any], annotations: dict[str, str]) -> Any:
+    return submit(client, namespace, name, spec, annotations)
 
 
-def _patch_overlay(caller: Caller, namespace: str, name: str, field: str, text: str) -> None:
+def _settled(intent: dict[str, Any]) -> bool:
+    phase = (intent.get("status") or {}).get("phase")
+    return phase in FINAL_PHASES or phase == "AwaitingApproval"
+
+
+def _watch_until_settled(client: Client, namespace: str, name: str, timeout_s: float) -> dict[str, Any] | None:
+    """The Intent once settled, or as last seen after timeout_s; None when the caller may not watch Intents."""
+    last: dict[str, Any] | None = None
+    deadline = time.monotonic() + timeout_s
+    objects = kubernetes.client.CustomObjectsApi(client)
+    watch = kubernetes.watch.Watch()
+    try:
+        # Without a resourceVersion the watch starts with the Intent as it is now: nothing is missed.
+        for event in watch.stream(objects.list_namespaced_custom_object, GROUP, VERSION, namespace, "intents",
+                                  field_selector=f"metadata.name={name}",
+                                  timeout_seconds=max(1, math.ceil(timeout_s)), _request_timeout=timeout_s + 5):
+            if event["type"] in ("ADDED", "MODIFIED"):
+                last = event["object"]
+                if _settled(last) or time.monotonic() > deadline:
+                    break
+    except kubernetes.client.ApiException as err:
+        if err.status == 403:
+            return None
+        raise
+    finally:
+        watch.stop()
+    return last if last is not None else _get_intent(client, namespace, name)
+
+
+def _get_intent(client: Client, namespace: str, name: str) -> dict[str, Any]:
+    return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "intents", name)
+
+
+def _patch_overlay(client: Client, namespace: str, name: str, field: str, text: str) -> None:
     # A merge patch: null deletes the field. Overlay text is last-writer-wins people's data.
-    with caller.new_client() as client:
-        kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "devices", name, {"spec": {"overlay": {field: text or None}}},
-            field_manager="corral-gateway")
+    kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "devices", name, {"spec": {"overlay": {field: text or None}}},
+        field_manager="corral-gateway")
 
 
-def _recent_events(caller: Caller, namespace: str, name: str, limit: int = 20) -> str:
-    with caller.new_client() as client:
-        try:
-            listed = kubernetes.client.EventsV1Api(client).list_namespaced_event(
-                namespace, field_selector=f"regarding.name={name},regarding.kind=Device")
-        except kubernetes.client.ApiException as err:
-            return f"(cannot read Events: {err.status} {err.reason}; ask for 'list events' in {namespace})"
+def _recent_events(client: Client, namespace: str, name: str, limit: int = 20) -> str:
+    try:
+        listed = kubernetes.client.EventsV1Api(client).list_namespaced_event(
+            namespace, field_selector=f"regarding.name={name},regarding.kind=Device")
+    except kubernetes.client.ApiException as err:
+        return f"(cannot read Events: {err.status} {err.reason}; ask for 'list events' in {namespace})"
     items = sorted(listed.items, key=lambda e: e.event_time or e.deprecated_last_timestamp or e.metadata.creation_timestamp)
     lines = [f"- {e.event_time or e.metadata.creation_timestamp} {e.reason}: {e.note}" for e in items[-limit:]]
     return "\n".join(lines) or "(none)"

@@ -46,6 +46,8 @@ class CallerView:
     def __init__(self, caller: Caller, namespaces: list[str], capabilities: Capabilities, *,
                  access_refresh_s: float = 30.0, min_interval_s: float = 1.0, device_tools_on: bool = False) -> None:
         self.caller = caller
+        # One client per caller, kept: its connection pool spares every tool call a TLS handshake.
+        self.client = caller.new_client()
         self.namespaces = namespaces
         self.capabilities = capabilities
         self.access_refresh_s = access_refresh_s
@@ -88,6 +90,7 @@ class CallerView:
             flag.set()
         self._scopes.clear()
         self.audience.close()
+        self.client.close()
 
     # ---- what the caller sees ---------------------------------------------------------------------------------
 
@@ -165,18 +168,18 @@ class CallerView:
         self._rewatch()
 
     def _review(self) -> tuple[str, Access]:
-        with self.caller.new_client() as client:
-            auth = kubernetes.client.AuthorizationV1Api(client)
-            reviews = []
-            for ns in self.namespaces:
-                review = auth.create_self_subject_rules_review({"spec": {"namespace": ns}})
-                rules = rules_from_review(client.sanitize_for_serialization(review.status))
-                reviews.append(NamespaceAccess(ns, rules))
-            try:
-                review = kubernetes.client.AuthenticationV1Api(client).create_self_subject_review({})
-                username = str(review.status.user_info.username)
-            except kubernetes.client.ApiException:
-                username = self.caller.key[:20]
+        client = self.client
+        auth = kubernetes.client.AuthorizationV1Api(client)
+        reviews = []
+        for ns in self.namespaces:
+            review = auth.create_self_subject_rules_review({"spec": {"namespace": ns}})
+            rules = rules_from_review(client.sanitize_for_serialization(review.status))
+            reviews.append(NamespaceAccess(ns, rules))
+        try:
+            review = kubernetes.client.AuthenticationV1Api(client).create_self_subject_review({})
+            username = str(review.status.user_info.username)
+        except kubernetes.client.ApiException:
+            username = self.caller.key[:20]
         return username, Access.of(reviews)
 
     # ---- the watch cache --------------------------------------------------------------------------------------
@@ -331,8 +334,8 @@ class CallerView:
                 self.audience.changed(device.uri)
 
     def _get_capability(self, name: str) -> dict[str, Any]:
-        with self.caller.new_client() as client:
-            body = kubernetes.client.CustomObjectsApi(client).get_cluster_custom_object(GROUP, VERSION, "capabilities", name)
+        body = kubernetes.client.CustomObjectsApi(self.client).get_cluster_custom_object(
+            GROUP, VERSION, "capabilities", name)
         return body.get("spec") or {}
 
     # ---- notices ----------------------------------------------------------------------------------------------

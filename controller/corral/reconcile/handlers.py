@@ -66,6 +66,7 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         await intents.start()
         state["controller"] = controller
         state["intents"] = intents
+        state["recorder"] = recorder
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
@@ -75,6 +76,9 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         controller = state.pop("controller", None)
         if controller is not None:
             await controller.stop()
+        recorder = state.pop("recorder", None)
+        if recorder is not None:
+            await recorder.close()
 
     @kopf.on.event(GROUP, VERSION, "devices", registry=registry)
     def device_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:

@@ -50,6 +50,9 @@ class IntentController:
         self.intents: dict[tuple[str, str], dict[str, Any]] = {}
         self.approvals: dict[tuple[str, str], dict[str, Any]] = {}
         self._awaiting: set[tuple[str, str]] = set()  # for the approvals-waiting gauge
+        # Intents this process gave a final code, by key -> uid. The watch may still deliver an older
+        # copy (phase Executing) after the final write; it must not be finished a second time.
+        self._finished: dict[tuple[str, str], str] = {}
         self.queue = WorkQueue()
         self._workers: list[asyncio.Task[None]] = []
 
@@ -69,6 +72,7 @@ class IntentController:
         if event_type == "DELETED":
             self.intents.pop(key, None)
             self._awaiting.discard(key)
+            self._finished.pop(key, None)
         else:
             self.intents[key] = body
             if (body.get("status") or {}).get("phase") == "AwaitingApproval":
@@ -117,6 +121,8 @@ class IntentController:
     async def _reconcile(self, key: tuple[str, str], body: dict[str, Any]) -> None:
         status = body.get("status") or {}
         phase = status.get("phase")
+        if self._finished.get(key) == body["metadata"]["uid"] and phase not in FINAL_PHASES:
+            return  # a stale copy from before our final write; its own watch event follows
         if phase in FINAL_PHASES:
             await self._housekeep(body)
             return
@@ -290,6 +296,7 @@ class IntentController:
                   "message": message[:1024], "decidedAt": rfc3339(datetime.now(UTC))}
         await self._write(body, status, "final")
         body["status"] = {**(body.get("status") or {}), **status}
+        self._finished[(body["metadata"]["namespace"], body["metadata"]["name"])] = body["metadata"]["uid"]
         metrics.INTENTS.labels(code=code).inc()
         created = _parse_time(body["metadata"]["creationTimestamp"])
         metrics.INTENT_SECONDS.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))

@@ -1,0 +1,121 @@
+"""Control latency: MCP iot.control on a low-risk actuator until EXECUTED, next to its floor, the raw
+MQTT command -> ack round trip to the same device measured in the same run.
+
+Real parts: the local kube-apiserver, Mosquitto, one simulated light (real firmware), the controller
+(`corral run`) and the gateway (`corral mcp --transport http`), driven by the official MCP client
+(protocol 2026-07-28). Each call alternates the light's power with a new request_id; the floor is a
+`get_state` command published straight to the device, which acks with its state and changes nothing.
+
+    .venv/bin/python bench/control_latency.py [--calls 200]
+
+Prints p50/p99 of both and their ratio; writes bench/results/control_latency-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
+
+import paho.mqtt.client as mqtt
+
+from tests.controller_harness import ControllerProcess
+from tests.fleet_harness import running_fleet
+from tests.gateway_harness import MODERN, HttpGateway, http_client
+
+
+async def control_calls(url: str, token: str, calls: int) -> tuple[list[float], list[str]]:
+    times, codes = [], []
+    async with http_client(url, token, mode=MODERN) as client:
+        await client.list_tools()
+        for i in range(calls):
+            args = {"device_id": "bench-light", "actuator": "power", "action": "set_state",
+                    "params": {"value": i % 2 == 0}, "reason": "latency benchmark", "request_id": f"lat-{uuid.uuid4().hex[:12]}"}
+            started = time.perf_counter()
+            result = await client.call_tool("iot.control", args)
+            times.append((time.perf_counter() - started) * 1000)
+            codes.append((result.structured_content or {}).get("code", "error"))
+    return times, codes
+
+
+def mqtt_round_trips(port: int, prefix: str, calls: int) -> list[float]:
+    acked: dict[str, float] = {}
+    arrived = threading.Condition()
+
+    def on_message(_c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
+        ack = json.loads(message.payload)
+        with arrived:
+            acked[ack.get("id")] = time.perf_counter()
+            arrived.notify_all()
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bench-{uuid.uuid4().hex[:6]}",
+                         protocol=mqtt.MQTTv5)
+    client.on_message = on_message
+    # As the firmware and the controller do: small packets go out now, not after a delayed ACK.
+    client.on_socket_open = lambda _c, _u, sock: sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    client.subscribe(f"{prefix}/bench-light/ack", qos=1)
+    time.sleep(0.5)
+    times = []
+    try:
+        for i in range(calls):
+            command_id = f"raw-{i}-{uuid.uuid4().hex[:6]}"
+            started = time.perf_counter()
+            client.publish(f"{prefix}/bench-light/cmd", json.dumps({"id": command_id, "cmd": "get_state", "params": {}}),
+                           qos=1)
+            with arrived:
+                if not arrived.wait_for(lambda: command_id in acked, timeout=5):
+                    raise TimeoutError(f"no ack for {command_id}")
+            times.append((acked[command_id] - started) * 1000)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    with bench_plane() as plane, agent_namespace(plane) as (admin, namespace, token):
+        prefix = f"bench-{uuid.uuid4().hex[:6]}"
+        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, {"bench-light": "light"}):
+            controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
+            controller.start()
+            gateway = None
+            try:
+                wait_registered(admin, namespace, 1)
+                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log")
+                say(f"  {args.calls} iot.control calls")
+                control, codes = asyncio.run(control_calls(gateway.url, token, args.calls))
+                say(f"  {args.calls} raw MQTT round trips")
+                floor = mqtt_round_trips(plane.mqtt_port, prefix, args.calls)
+            finally:
+                if gateway is not None:
+                    gateway.stop()
+                controller.stop()
+    result = {
+        "calls": args.calls, "executed": codes.count("EXECUTED"),
+        "control_p50_ms": round(statistics.median(control), 1), "control_p99_ms": round(percentile(control, 0.99), 1),
+        "mqtt_p50_ms": round(statistics.median(floor), 2), "mqtt_p99_ms": round(percentile(floor, 0.99), 2),
+    }
+    result["ratio_p50"] = round(result["control_p50_ms"] / result["mqtt_p50_ms"], 1)
+    print(f"iot.control -> EXECUTED ({result['executed']}/{args.calls}): p50 {result['control_p50_ms']} ms, "
+          f"p99 {result['control_p99_ms']} ms; MQTT cmd -> ack floor: p50 {result['mqtt_p50_ms']} ms, "
+          f"p99 {result['mqtt_p99_ms']} ms; ratio at p50: {result['ratio_p50']}x")
+    write_result("control_latency", result)
+
+
+if __name__ == "__main__":
+    main()
