@@ -7,7 +7,7 @@ import asyncio
 from corral.contract.model import Sensor
 from corral.devices.commands import CommandTimeout, CommandTracker
 from corral.devices.messages import Ack
-from corral.devices.telemetry import Coalescing, SensorBuffer
+from corral.devices.telemetry import Coalescing, EarlyWrites, SensorBuffer
 from corral.devices.messages import Sample
 from corral.reconcile import conditions
 from corral.reconcile.intents import _owned_target
@@ -101,3 +101,19 @@ def test_intents_repeat_the_target_fields_they_already_own_so_apply_does_not_dro
         "spec": {"target": {"fan": "high", "light": True}},
     }
     assert _owned_target(device, "corral-intents") == {"fan": "high"}
+
+
+def test_a_sensor_jumping_every_second_costs_at_most_one_write_per_interval_after_a_short_burst() -> None:
+    """The status-write budget at 1 Hz telemetry with every change beyond the deadband."""
+    rule = Coalescing(interval_s=10, min_gap_s=2, early_burst=2)
+    sensors = {"temperature": TEMP}
+    budget, written, written_at, writes = EarlyWrites(), {"temperature": 0.0}, -100.0, []
+    for second in range(600):  # ten minutes
+        current = {"temperature": 60.0 if second % 2 else 10.0}
+        if rule.should_write(written, current, second - written_at, sensors, budget.available(rule, second)):
+            budget.spend(rule, second)
+            written, written_at = current, second
+            writes.append(second)
+    per_minute = len([w for w in writes if w >= 60]) / 9
+    assert per_minute <= 6.0, per_minute
+    assert writes[1] - writes[0] <= rule.min_gap_s + 1, "a sudden change still shows within the minimum gap"

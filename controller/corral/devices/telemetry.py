@@ -44,6 +44,10 @@ class Coalescing:
     deadband_absolute: float = 0.5
     # Absolute deadbands per metric, for sensors noisier than their range suggests (e.g. rssi).
     deadbands: dict[str, float] = field(default_factory=dict)
+    # Early writes (before the interval, for a change beyond the deadband) need a token from a budget of
+    # this many, refilled one per interval, and every write spends one: a sudden change shows at once,
+    # yet a sensor that jumps every second costs no more than one write per interval.
+    early_burst: int = 2
 
     def deadband(self, metric: str, sensor: Sensor | None) -> float:
         if metric in self.deadbands:
@@ -58,13 +62,17 @@ class Coalescing:
         current: dict[str, object],
         seconds_since_write: float,
         sensors: dict[str, Sensor],
+        early_budget: float = float("inf"),
     ) -> bool:
-        """written/current map metric -> value; True when current deserves a status write now."""
+        """written/current map metric -> value; True when current deserves a status write now.
+
+        early_budget: what EarlyWrites.available() says is left for writes before the interval.
+        """
         if current == written:
             return False
         if seconds_since_write >= self.interval_s:
             return True
-        if seconds_since_write < self.min_gap_s:
+        if seconds_since_write < self.min_gap_s or early_budget < 1:
             return False
         for metric, value in current.items():
             before = written.get(metric)
@@ -76,3 +84,19 @@ class Coalescing:
             elif value != before:
                 return True
         return False
+
+
+@dataclass
+class EarlyWrites:
+    """One device's budget of early sensor writes (see Coalescing.early_burst): a token bucket."""
+
+    tokens: float = -1.0  # -1: full, set on first use
+    at: float = 0.0
+
+    def available(self, rule: Coalescing, now: float) -> float:
+        if self.tokens < 0:
+            return float(rule.early_burst)
+        return min(float(rule.early_burst), self.tokens + (now - self.at) / rule.interval_s)
+
+    def spend(self, rule: Coalescing, now: float) -> None:
+        self.tokens, self.at = max(0.0, self.available(rule, now) - 1), now

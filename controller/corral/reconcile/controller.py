@@ -212,9 +212,10 @@ class DeviceController:
             rt.buffer.add(sample)
         current = {metric: sample.value for metric, sample in rt.buffer.latest.items()}
         sensors = {s.metric: s for s in rt.contract.sensors} if rt.contract else {}
-        if self.config.coalescing.should_write(
-            rt.sensors_written, current, time.monotonic() - rt.sensors_written_at, sensors
-        ):
+        now = time.monotonic()
+        rule = self.config.coalescing
+        if rule.should_write(rt.sensors_written, current, now - rt.sensors_written_at, sensors,
+                             rt.early_writes.available(rule, now)):
             self.queue.add(rt.device_id)
 
     def _on_event(self, rt: DeviceRuntime, payload: bytes) -> None:
@@ -585,9 +586,10 @@ class DeviceController:
         units = {s.metric: s.unit for s in rt.contract.sensors} if rt.contract else {}
         latest = rt.buffer.latest
         current = {metric: sample.value for metric, sample in latest.items()}
-        due = self.config.coalescing.should_write(
-            rt.sensors_written, current, time.monotonic() - rt.sensors_written_at,
-            {s.metric: s for s in rt.contract.sensors} if rt.contract else {},
+        now, rule = time.monotonic(), self.config.coalescing
+        due = rule.should_write(
+            rt.sensors_written, current, now - rt.sensors_written_at,
+            {s.metric: s for s in rt.contract.sensors} if rt.contract else {}, rt.early_writes.available(rule, now),
         )
         if not due:
             return previous.get("sensors") or {}
@@ -620,6 +622,7 @@ class DeviceController:
             if status.get("lastSeen") != previous.get("lastSeen"):
                 rt.last_seen_written_at = now
             if status.get("sensors") != previous.get("sensors"):
+                rt.early_writes.spend(self.config.coalescing, now)
                 rt.sensors_written = {m: s["value"] for m, s in (status.get("sensors") or {}).items()}
                 rt.sensors_written_at = now
 

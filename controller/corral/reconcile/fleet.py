@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.contract.model import Contract
-from corral.devices.telemetry import SensorBuffer
+from corral.devices.telemetry import EarlyWrites, SensorBuffer
 
 
 @dataclass
@@ -38,6 +38,7 @@ class DeviceRuntime:
     announced: set[str] = field(default_factory=set)  # one-off Event keys already posted
     sensors_written: dict[str, Any] = field(default_factory=dict)
     sensors_written_at: float = float("-inf")
+    early_writes: EarlyWrites = field(default_factory=EarlyWrites)
     last_status: dict[str, Any] | None = None
     last_seen_written_at: float = float("-inf")
     registration_suppressed: bool = False
