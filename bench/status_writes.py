@@ -56,15 +56,25 @@ def measure(plane: Plane, admin: object, namespace: str, prefix: str, count: int
 
 
 def scripted(plane: Plane, prefix: str, ids: list[str], value: Callable[[int], float]) -> threading.Event:
-    """Announce devices and send their telemetry at 1 Hz from here: value(second) for every device."""
+    """Announce sensor-only devices and play them from here: telemetry value(second) at 1 Hz for every
+    device, and an ack with the (empty) state to every command, as firmware would."""
     for device_id in ids:
         announce(plane, prefix, device_id, {**INFO, "device_id": device_id})
     stop = threading.Event()
 
     def send() -> None:
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-telemetry")
+
+        def ack(_c: object, _u: object, message: mqtt.MQTTMessage) -> None:
+            command = json.loads(message.payload)
+            device_id = message.topic.split("/")[1]
+            client.publish(f"{prefix}/{device_id}/ack",
+                           json.dumps({"id": command.get("id"), "ok": True, "error": None, "state": {}}))
+
+        client.on_message = ack
         client.connect("127.0.0.1", plane.mqtt_port)
         client.loop_start()
+        client.subscribe(f"{prefix}/+/cmd")
         second = 0
         while not stop.is_set():
             now = int(time.time() * 1000)

@@ -233,18 +233,29 @@ def test_no_status_writes_at_all_while_nothing_changes(
     stop = threading.Event()
 
     def steady_telemetry() -> None:
+        # Plays the devices' firmware: steady telemetry, and an ack with the state to every command
+        # (the controller reads a device's state before it writes its status).
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-telemetry")
+
+        def ack(_c: object, _u: object, message: mqtt.MQTTMessage) -> None:
+            command = json.loads(message.payload)
+            client.publish(message.topic.rsplit("/", 1)[0] + "/ack",
+                           json.dumps({"id": command.get("id"), "ok": True, "error": None, "state": {}}))
+
+        client.on_message = ack
         client.connect("127.0.0.1", plane.mqtt_port)
         client.loop_start()
+        client.subscribe(f"{prefix}/+/cmd")
         while not stop.is_set():
             now = int(time.time() * 1000)
             for device_id in ids:
-                sample = {"metric": "temperature", "value": 21.5, "ts": now}
+                sample = {"metric": "temperature", "value": reading[device_id], "ts": now}
                 client.publish(f"{prefix}/{device_id}/telemetry", json.dumps({"ts": now, "samples": [sample]}))
             stop.wait(1.0)
         client.disconnect()
         client.loop_stop()
 
+    reading = dict.fromkeys(ids, 21.5)
     sender = threading.Thread(target=steady_telemetry, daemon=True)
     sender.start()
     try:
@@ -256,6 +267,10 @@ def test_no_status_writes_at_all_while_nothing_changes(
             before = status_write_count(plane)
             time.sleep(15)
             writes = status_write_count(plane) - before
+            # The quiet was not deafness: one real change is written.
+            reading[ids[0]] = 30.0
+            wait_for(lambda: (device(corral_api, namespace, ids[0])["status"]["sensors"]["temperature"]["value"]
+                              == 30.0), "the changed reading in status", timeout_s=15)
     finally:
         stop.set()
         sender.join(5)

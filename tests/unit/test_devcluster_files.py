@@ -45,3 +45,5 @@ def test_broker_listens_on_loopback_only() -> None:
     conf = files.mosquitto_conf(18830).splitlines()
     assert "listener 18830 127.0.0.1" in conf
     assert not any(line.startswith("listener") and "127.0.0.1" not in line for line in conf)
+    # Two retained messages per device arrive at once when the controller connects: none may be dropped.
+    assert "max_queued_messages 100000" in conf

@@ -73,6 +73,10 @@ def mosquitto_conf(port: int) -> str:
         "persistence false",
         # Small command/ack messages would otherwise wait on Nagle's algorithm (tens of ms at p99).
         "set_tcp_nodelay true",
+        # On (re)connect the controller receives every device's retained info and status at once: two
+        # messages per device. Mosquitto's default queue (1000 QoS 1 messages per client) would drop
+        # the statuses of a fleet beyond ~500 devices.
+        "max_queued_messages 100000",
         "log_dest stdout",
         "log_type error",
         "log_type warning",
