@@ -73,11 +73,17 @@ class Audience:
 
     def changed(self, key: str) -> None:
         """A URI (or TOOLS) changed: notify now, or once the minimum interval since the last notice has passed."""
-        if key in self._scheduled:
-            return  # already due; it will carry this change too
+        if key in self._scheduled or not self._heard(key):
+            return  # already due (it will carry this change too), or nobody would hear it
         loop = asyncio.get_running_loop()
         wait = self._last_sent.get(key, -1e9) + self._min_interval_s - loop.time()
         self._scheduled[key] = loop.call_later(max(0.0, wait), self._fire, key)
+
+    def _heard(self, key: str) -> bool:
+        """Whether anyone listens for this key: a bus stream, or a session (subscribed to it, for a URI)."""
+        if self.bus._listeners:  # noqa: SLF001 - the SDK bus keeps no public count
+            return True
+        return any(key == TOOLS or key in uris for _, uris in self._sessions.values())
 
     def close(self) -> None:
         for handle in self._scheduled.values():
