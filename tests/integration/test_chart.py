@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from corral.api.roles import USER_ROLE_RULES
+from corral.cli.main import cli
 from corral.client.intents import decide_on, submit, wait_settled
 from corral.devcluster.plane import DevPlane, Plane
 from corral.devcluster.processes import free_port
@@ -78,6 +79,22 @@ def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str,
             assert context["capabilities"]["drop"] == ["ALL"]
             assert container["resources"]["requests"]
             assert container["livenessProbe"] and container["readinessProbe"]
+
+
+@pytest.mark.parametrize("sets", [
+    (), ("metrics.enabled=true", "gateway.deviceTools=true"), ("controller.watchNamespaces={a,b}",),
+    ("signing.require=true", "signing.keysSecret=keys", "policy.approvals.medium=0", "telemetry.deadbands.rssi=5"),
+])
+def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[str, ...],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_MQTT_URL", "mqtt://broker:1883")  # from the Secret in a Pod
+    for deployment in (d for d in render(helm, *sets) if d["kind"] == "Deployment"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            args = container.get("args") or []
+            if container.get("command") or not args or args[0] not in ("run", "mcp"):
+                continue  # not a corral container (the bundled Mosquitto)
+            command = cli.commands[args[0]]
+            command.make_context(args[0], list(args[1:]))  # raises a UsageError on anything corral refuses
 
 
 def test_values_outside_the_schema_are_refused(helm: Helm) -> None:

@@ -1,4 +1,5 @@
-"""`corral demo`, the README's main command: it reaches ready, an MCP client lists tools, Ctrl-C stops it all."""
+"""The README's main command, `./scripts/up` (bootstrap, then `corral demo`): it reaches ready, an MCP client
+lists tools, and Ctrl-C stops everything it started."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ import pytest
 
 from corral.devcluster.plane import DevPlane
 from corral.devcluster.processes import accepts_connections, free_port
-from tests.controller_harness import CORRAL
 from tests.gateway_harness import MODERN, http_client
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_demo_runs_the_product_until_ctrl_c_and_then_stops_what_it_started(tmp_path: Path) -> None:
     port = free_port()
     state = tmp_path / "state"
-    demo = subprocess.Popen([CORRAL, "demo", "--state-dir", str(state), "--port", str(port)],
+    demo = subprocess.Popen([str(REPO / "scripts" / "up"), "--state-dir", str(state), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(demo.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
