@@ -96,7 +96,7 @@ def main() -> None:
             gateway = None
             try:
                 wait_registered(admin, namespace, 1)
-                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log")
+                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log", "--rate-limit", "0/1")
                 say(f"  {args.calls} iot.control calls")
                 control, codes = asyncio.run(control_calls(gateway.url, token, args.calls))
                 say(f"  {args.calls} raw MQTT round trips")

@@ -69,7 +69,7 @@ def main() -> None:
             gateway = None
             try:
                 wait_registered(admin, namespace, len(lights))
-                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log")
+                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log", "--rate-limit", "0/1")
                 say(f"  {args.agents} agents for {args.seconds:.0f} s")
                 times, codes, elapsed = asyncio.run(run_agents(gateway.url, token, lights, args.agents, args.seconds))
             finally:

@@ -401,3 +401,40 @@ def test_corral_tools_prints_what_a_caller_would_see(home: Home) -> None:
         [CORRAL, "tools", "--device", "front-lock", "-n", home.namespace, "--kubeconfig", str(home.plane.kubeconfig),
          "--as", f"system:serviceaccount:{home.namespace}:reader"], capture_output=True, text=True, timeout=60)
     assert hidden.returncode == 1 and "cannot see a device" in hidden.stderr
+
+
+def test_a_flooding_agent_is_rate_limited_alone_and_nothing_it_floods_is_requested(
+        home: Home, tmp_path: Path) -> None:
+    limited = HttpGateway(home.plane, home.namespace, tmp_path / "limited.log", "--rate-limit", "3/60")
+    try:
+        async def flood() -> tuple[list[types.CallToolResult], types.CallToolResult]:
+            async with http_client(limited.url, home.tokens["operator"]) as agent, \
+                    http_client(limited.url, home.tokens["reader"]) as other:
+                calls = [await agent.call_tool("iot.control", control("kitchen-light", "brightness", "set_value",
+                                                                      10 * i, request_id=f"flood-{i}"))
+                         for i in range(5)]
+                return calls, await other.call_tool("iot.query", {"device_id": "kitchen-light"})
+
+        calls, other = run(flood())
+    finally:
+        limited.stop()
+    assert [c.is_error for c in calls] == [False, False, False, True, True]
+    assert calls[3].content[0].text.startswith("RATE_LIMITED: at most 3 control calls per 60 s per caller")
+    assert not other.is_error, "another caller is not slowed down by the flood"
+    names = {i["metadata"]["name"] for i in kubernetes.client.CustomObjectsApi(home.admin).list_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "intents")["items"]}
+    assert names == {"flood-0", "flood-1", "flood-2"}
+
+
+def test_an_agent_cannot_name_another_requester_through_the_gateway(home: Home) -> None:
+    async def forge() -> dict[str, Any]:
+        async with http_client(home.gateway.url, home.tokens["operator"]) as agent:
+            result = await agent.call_tool("iot.control", {
+                **control("kitchen-light", "power", "set_state", True, request_id="forged"),
+                "requester": "system:admin"})
+            return result.structured_content or {"error": result.content[0].text}
+
+    run(forge())
+    intent = kubernetes.client.CustomObjectsApi(home.admin).get_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "intents", "forged")
+    assert intent["spec"]["requester"] == f"system:serviceaccount:{home.namespace}:operator"

@@ -48,6 +48,8 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 @click.option("--device-tools", is_flag=True, help="Also publish one tool per device actuator, {device}.{actuator}.{action}.")
 @click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
               help="Seconds iot.control waits for an outcome before answering PENDING.")
+@click.option("--rate-limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
+              help="Per caller: at most CALLS control calls (iot.control, device tools) in SECONDS; 0/1 for none.")
 @click.option("--update-interval", type=float, default=1.0, show_default=True,
               help="At most one update notice per resource per this many seconds.")
 @click.option("--access-refresh", type=float, default=30.0, show_default=True,
@@ -59,7 +61,7 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None,
-        device_tools: bool, wait_s: float, update_interval: float, access_refresh: float, metrics_port: int,
+        device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float, metrics_port: int,
         traces: str, verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
@@ -69,16 +71,25 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     options: dict[str, Any] = {"device_tools_on": device_tools, "min_interval_s": update_interval,
                                "access_refresh_s": access_refresh}
     from corral.gateway.serve import http_app, serve_http, serve_stdio  # the SDK's server stack loads only here
+    from corral.gateway.server import RateLimit
+
+    calls, _, seconds = rate_limit.partition("/")
+    try:
+        limit = RateLimit(int(calls), float(seconds))
+        if limit.calls < 0 or limit.per_s <= 0:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"{rate_limit!r}: use CALLS/SECONDS, e.g. 30/60", param_hint="--rate-limit") from None
 
     metrics.serve(metrics_port)
     tracing.setup("corral-gateway", traces)
 
     if transport == "stdio":
-        asyncio.run(serve_stdio(config, served, wait_s=wait_s, **options))
+        asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, **options))
         return
     url = public_url or f"http://{host}:{port}/mcp"
     app = http_app(config, served, public_url=url, issuer_url=issuer_url or config.host,
-                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, **options)
+                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, rate_limit=limit, **options)
     click.echo(f"corral mcp: serving namespaces {', '.join(served)} at {url} (bearer: a Kubernetes token)", err=True)
     asyncio.run(serve_http(app, host, port))
 

@@ -26,17 +26,17 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
-from corral.gateway.server import Gateway
+from corral.gateway.server import Gateway, RateLimit
 from corral.gateway.view import Views
 
 log = logging.getLogger(__name__)
 
 
 async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[str], *, wait_s: float,
-                      **view_options: Any) -> None:
+                      rate_limit: RateLimit | None = None, **view_options: Any) -> None:
     caller = Caller("kubeconfig", config)
     views = Views(namespaces, **view_options)
-    gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s)
+    gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit)
     try:
         async with stdio_server() as (read, write):
             await gateway.server.run(read, write, gateway.server.create_initialization_options())
@@ -45,7 +45,8 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
 
 
 def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, public_url: str, issuer_url: str,
-             allowed_hosts: list[str], wait_s: float, **view_options: Any) -> Starlette:
+             allowed_hosts: list[str], wait_s: float, rate_limit: RateLimit | None = None,
+             **view_options: Any) -> Starlette:
     base = anonymous(config)
     views = Views(namespaces, **view_options)
 
@@ -57,7 +58,7 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         token = user.access_token.token
         return Caller(token_key(token), base, token)
 
-    gateway = Gateway(views, caller_of, wait_s=wait_s)
+    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit)
     public = urlsplit(public_url)
     hosts = sorted({public.netloc, "127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts})
     origins = sorted({f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")})

@@ -59,11 +59,37 @@ class GatewayServer(Server[Any]):
             experimental_capabilities, extensions)
 
 
+class RateLimit:
+    """At most `calls` control calls per caller in any `per_s` window (a token bucket per caller).
+
+    A flood from one agent must not become a flood of Intents; other callers are not affected.
+    """
+
+    def __init__(self, calls: int, per_s: float) -> None:
+        self.calls, self.per_s = calls, per_s
+        self._buckets: dict[str, tuple[float, float]] = {}  # caller key -> (tokens, at)
+
+    def take(self, key: str, now: float) -> float:
+        """0 when the call may go ahead, else the seconds until it may."""
+        if self.calls <= 0:
+            return 0.0
+        rate = self.calls / self.per_s
+        tokens, at = self._buckets.get(key, (float(self.calls), now))
+        tokens = min(float(self.calls), tokens + (now - at) * rate)
+        if tokens >= 1:
+            self._buckets[key] = (tokens - 1, now)
+            return 0.0
+        self._buckets[key] = (tokens, now)
+        return (1 - tokens) / rate
+
+
 class Gateway:
-    def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0) -> None:
+    def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0,
+                 rate_limit: RateLimit | None = None) -> None:
         self.views = views
         self.caller_of = caller_of
         self.wait_s = wait_s
+        self.rate_limit = rate_limit or RateLimit(0, 1)
         self.server = GatewayServer(
             "corral", version=__version__, title="Corral", instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
@@ -111,7 +137,8 @@ class Gateway:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         result = await self._call(view, name, dict(params.arguments or {}))
         code = (result.structured_content or {}).get("code") if isinstance(result.structured_content, dict) else None
-        outcome = "error" if result.is_error else (code or "ok")
+        text = result.content[0].text if result.is_error and result.content else ""  # type: ignore[union-attr]
+        outcome = ("rate_limited" if text.startswith("RATE_LIMITED") else "error") if result.is_error else (code or "ok")
         metrics.TOOL_CALLS.labels(tool=name if fixed else "device_tool", outcome=outcome).inc()
         return result
 
@@ -142,6 +169,11 @@ class Gateway:
         return _ok({"device": device.detail(view.now())})
 
     async def _control(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
+        wait = self.rate_limit.take(view.caller.key, asyncio.get_running_loop().time())
+        if wait:
+            log.warning("rate limit: refused a control call of %s", view.username)
+            return _error(f"RATE_LIMITED: at most {self.rate_limit.calls} control calls per "
+                          f"{self.rate_limit.per_s:g} s per caller; nothing was requested. Retry in {wait:.1f} s.")
         device = _visible_device(view, args.get("device_id"))
         if device.namespace not in view.grants().create_intents:
             raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.")
