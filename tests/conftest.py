@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+from hypothesis import settings
 
 from corral.api import KINDS
 from corral.api.base import API_VERSION, GROUP, VERSION
@@ -26,8 +27,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PLANE_SUMMARY = pytest.StashKey[list[str]]()
 
 
+# Property tests and fuzzing: a short campaign by default, a long one with --slow.
+settings.register_profile("default-run", max_examples=200, deadline=None)
+settings.register_profile("campaign", max_examples=20_000, deadline=None)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", help="also run long fuzz and soak campaigns")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings.load_profile("campaign" if config.getoption("--slow") else "default-run")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -78,7 +78,7 @@ def load_json(payload: bytes) -> Any:
         value = json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as err:
         raise BadMessage(f"payload is not valid JSON ({_short(err)})") from None
-    if _depth(value) > MAX_DEPTH:
+    if _deeper_than(value, MAX_DEPTH):
         raise BadMessage(f"payload nests deeper than {MAX_DEPTH} levels")
     _refuse_non_finite(value)
     return value
@@ -151,12 +151,17 @@ def _refuse_non_finite(value: Any) -> None:
             _refuse_non_finite(v)
 
 
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest deeper than limit. Iterative: a hostile payload that JSON parsing still
+    accepts (hundreds of levels) must not exhaust the stack here."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth + 1 > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _short(err: object) -> str:
