@@ -182,11 +182,15 @@ class DevPlane:
             result.append(ComponentStatus(name, alive, record.pid if alive and record else None, endpoint, detail))
         return result
 
-    def down(self, purge: bool = False) -> list[str]:
-        """Stop the processes this state directory started; with purge, delete the directory too."""
+    def down(self, purge: bool = False, only: str | None = None) -> list[str]:
+        """Stop the processes this state directory started; with purge, delete the directory too.
+
+        `only` (APISERVER or BROKER) stops just that one, as a fault would; `up()` starts it again on
+        the same port, with the same data.
+        """
         state = self._load_state()
         said = []
-        for name in (BROKER, APISERVER):
+        for name in (BROKER, APISERVER) if only is None else (only,):
             record = self._record(state, name)
             if record is None:
                 said.append(f"{name}: was not started here")
