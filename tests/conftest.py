@@ -29,7 +29,7 @@ PLANE_SUMMARY = pytest.StashKey[list[str]]()
 
 # Property tests and fuzzing: a short campaign by default, a long one with --slow.
 settings.register_profile("default-run", max_examples=200, deadline=None)
-settings.register_profile("campaign", max_examples=20_000, deadline=None)
+settings.register_profile("campaign", max_examples=int(os.environ.get("CORRAL_FUZZ_EXAMPLES", "20000")), deadline=None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
