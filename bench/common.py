@@ -122,10 +122,3 @@ def scrape(port: int) -> dict[str, float]:
         text = response.read().decode()
     return {m.group(1): float(m.group(2)) for line in text.splitlines()
             if (m := re.fullmatch(r"(corral_[^\s]+) ([-+\d.eE]+|NaN)", line))}
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import kubernetes
@@ -103,3 +104,38 @@ def wait_until_allowed(client: kubernetes.client.ApiClient, verb: str, namespace
         return bool(review.status.allowed)
 
     wait_for(allowed, f"permission to {verb} {resource} in {namespace}", timeout_s=timeout_s)
+
+
+GRANT_ROLE = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: {device_verbs}}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [create, get, list]}}
+- {{apiGroups: [corral.dev], resources: [approvals], verbs: {approval_verbs}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]
+"""
+
+
+def grant(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, name: str, device_verbs: str,
+          approval_verbs: str, wait_verb: str) -> kubernetes.client.ApiClient:
+    """A ServiceAccount `name` with a Role of these verbs; its client, once RBAC lets it `wait_verb` devices."""
+    apply_yaml(admin, GRANT_ROLE.format(name=name, namespace=namespace, device_verbs=device_verbs,
+                                   approval_verbs=approval_verbs), namespace)
+    client = api_client(plane, token=service_account_token(admin, namespace, name))
+    wait_until_allowed(client, wait_verb, namespace, "devices")
+    return client
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process, in MiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

@@ -20,8 +20,7 @@ from corral.devcluster.plane import APISERVER, BROKER, DevPlane, Plane
 from corral_sim.fleet import Faults
 from tests.controller_harness import ControllerProcess, device, events, set_target
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from tests.harness import api_client, apply_yaml, wait_for
-from tests.integration.test_intents import grant
+from tests.harness import api_client, apply_yaml, grant, wait_for
 
 pytestmark = pytest.mark.integration
 

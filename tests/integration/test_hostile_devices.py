@@ -18,8 +18,7 @@ import pytest
 from corral.devcluster.plane import Plane
 from tests.controller_harness import ControllerProcess, device, set_target
 from tests.fleet_harness import hardware_applies, publish, running_fleet
-from tests.harness import wait_for
-from tests.integration.test_soak import rss_mib
+from tests.harness import rss_mib, wait_for
 
 pytestmark = pytest.mark.integration
 

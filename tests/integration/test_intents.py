@@ -28,7 +28,7 @@ from corral.devcluster.plane import Plane
 from corral_sim.fleet import Faults
 from tests.controller_harness import ControllerProcess, device, set_target
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+from tests.harness import grant, service_account_token, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,33 +50,6 @@ class Home:
 
     def applies(self, device_id: str) -> list[tuple[str, Any]]:
         return hardware_applies(self.fleet, device_id)
-
-
-ROLES = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: {name}}}
-rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: {device_verbs}}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [create, get, list]}}
-- {{apiGroups: [corral.dev], resources: [approvals], verbs: {approval_verbs}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: {name}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
-subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]
-"""
-
-
-def grant(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, name: str, device_verbs: str,
-          approval_verbs: str, wait_verb: str) -> kubernetes.client.ApiClient:
-    """A ServiceAccount `name` with a Role of these verbs; its client, once RBAC lets it `wait_verb` devices."""
-    apply_yaml(admin, ROLES.format(name=name, namespace=namespace, device_verbs=device_verbs,
-                                   approval_verbs=approval_verbs), namespace)
-    client = api_client(plane, token=service_account_token(admin, namespace, name))
-    wait_until_allowed(client, wait_verb, namespace, "devices")
-    return client
 
 
 @pytest.fixture

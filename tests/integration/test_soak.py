@@ -22,17 +22,9 @@ from corral.client.intents import FINAL_PHASES, submit
 from corral.devcluster.plane import Plane
 from tests.controller_harness import ControllerProcess, device
 from tests.fleet_harness import hardware_applies, running_fleet
-from tests.harness import wait_for
-from tests.integration.test_intents import grant
+from tests.harness import grant, rss_mib, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def slope_per_minute(samples: list[tuple[float, float]]) -> float:
