@@ -56,39 +56,21 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     return path
 
 
-AGENT_ROLE = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: agent}}
-rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, read, listen, write]}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, watch, create]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: agent}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
-"""
-
-
 @contextmanager
 def agent_namespace(plane: Plane) -> Iterator[tuple[Any, str, str]]:
     """A fresh namespace with Corral's CRDs installed and an agent ServiceAccount allowed to read and
     write devices and read contracts: (admin client, namespace, the agent's token)."""
     import kubernetes
 
-    from tests.gateway_harness import capabilities_readable
-    from tests.harness import api_client, apply_yaml, service_account_token, wait_until_allowed
+    from tests.gateway_harness import capabilities_readable, grant_agent
+    from corral.client.install import install_api
+    from tests.harness import api_client
 
     admin = api_client(plane)
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        apply_yaml(admin, path.read_text(), field_manager="corral-install", force=True)
+    install_api(admin)
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
-    apply_yaml(admin, AGENT_ROLE.format(ns=namespace), namespace)
-    token = service_account_token(admin, namespace, "agent")
-    wait_until_allowed(api_client(plane, token=token), "write", namespace, "devices")
+    token = grant_agent(plane, admin, namespace)
     with capabilities_readable(admin, namespace, "agent"):
         yield admin, namespace, token
 
@@ -111,14 +93,3 @@ def wait_registered(admin: Any, namespace: str, count: int, timeout_s: float = 3
         if time.monotonic() - started > timeout_s:
             raise TimeoutError(f"only {ready}/{count} devices registered after {timeout_s:.0f} s")
         time.sleep(1)
-
-
-def scrape(port: int) -> dict[str, float]:
-    """A /metrics page as {series: value}, for corral_ series."""
-    import re
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {m.group(1): float(m.group(2)) for line in text.splitlines()
-            if (m := re.fullmatch(r"(corral_[^\s]+) ([-+\d.eE]+|NaN)", line))}

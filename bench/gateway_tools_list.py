@@ -24,32 +24,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from common import REPO, bench_plane, percentile, say, write_result
-
-import kubernetes
+from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
 
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import running_fleet
-from tests.gateway_harness import MODERN, HttpGateway, capabilities_readable, http_client
-from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+from tests.gateway_harness import MODERN, HttpGateway, http_client
 
 TYPES = ["light", "env_fan", "sht30", "relay", "blind", "thermostat", "door_contact", "rgb_light"]
-
-RBAC = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: agent}}
-rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, read, listen, write]}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, create]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: agent}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
-"""
-
 
 async def all_tools(client: Any) -> tuple[list[Any], int]:
     """Every page of tools/list, and how many pages there were."""
@@ -85,32 +66,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
 
-    with bench_plane() as plane:
-        admin = api_client(plane)
-        for path in sorted((REPO / "crds").glob("*.yaml")):
-            apply_yaml(admin, path.read_text(), field_manager="corral-install", force=True)
-        namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
-        apply_yaml(admin, RBAC.format(ns=namespace), namespace)
-        token = service_account_token(admin, namespace, "agent")
-        wait_until_allowed(api_client(plane, token=token), "list", namespace, "devices")
+    with bench_plane() as plane, agent_namespace(plane) as (admin, namespace, token):
         fleet = {f"d{i:05d}": TYPES[i % len(TYPES)] for i in range(args.devices)}
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
         runs = []
-        with tempfile.TemporaryDirectory() as logs, capabilities_readable(admin, namespace, "agent"), \
-                running_fleet(plane, prefix, fleet):
+        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, fleet):
             controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
             controller.start()
             try:
-                objects = kubernetes.client.CustomObjectsApi(admin)
-
-                def registered() -> bool:
-                    items = objects.list_namespaced_custom_object("corral.dev", "v1alpha1", namespace, "devices")
-                    ready = sum(1 for i in items["items"] if (i.get("status") or {}).get("capability"))
-                    say(f"  {ready}/{args.devices} devices registered")
-                    return ready == args.devices
-
-                wait_for(registered, "every device registered", timeout_s=300, interval_s=3)
+                wait_registered(admin, namespace, args.devices)
                 for extra in ((), ("--device-tools",)):
                     gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log", *extra)
                     try:

@@ -2,7 +2,7 @@
 
 Real parts only: the local kube-apiserver, Mosquitto, the controller as its
 own process (`corral run`) and one simulated light (real firmware). An
-operator identity (a ServiceAccount with the `write` verb) submits N Intents
+agent identity (a ServiceAccount with the agent-operator rules) submits N Intents
 one after another, alternating the light's power, and the time from create to
 the client seeing EXECUTED is recorded.
 
@@ -21,53 +21,27 @@ import time
 import uuid
 from pathlib import Path
 
-from common import REPO, bench_plane, percentile, write_result
+from common import agent_namespace, bench_plane, percentile, wait_registered, write_result
 
-import kubernetes  # noqa: E402
-
-from corral.client.intents import submit, wait_settled  # noqa: E402
-from tests.controller_harness import ControllerProcess, device  # noqa: E402
-from tests.fleet_harness import running_fleet  # noqa: E402
-from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed  # noqa: E402
-
-ROLE = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: operator}
-rules:
-- {apiGroups: [corral.dev], resources: [devices], verbs: [get, write]}
-- {apiGroups: [corral.dev], resources: [intents], verbs: [create, get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: operator}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}
-subjects: [{kind: ServiceAccount, name: operator, namespace: NAMESPACE}]
-"""
-
+from corral.client.intents import submit, wait_settled
+from tests.controller_harness import ControllerProcess
+from tests.fleet_harness import running_fleet
+from tests.harness import api_client
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
     args = parser.parse_args()
 
-    with bench_plane() as plane:
-        admin = api_client(plane)
-        for path in sorted((REPO / "crds").glob("*.yaml")):
-            apply_yaml(admin, path.read_text(), field_manager="corral-install", force=True)
-        namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
-        apply_yaml(admin, ROLE.replace("NAMESPACE", namespace), namespace)
-        operator = api_client(plane, token=service_account_token(admin, namespace, "operator"))
-        wait_until_allowed(operator, "write", namespace, "devices")
-        requester = f"system:serviceaccount:{namespace}:operator"
+    with bench_plane() as plane, agent_namespace(plane) as (admin, namespace, token):
+        operator = api_client(plane, token=token)
+        requester = f"system:serviceaccount:{namespace}:agent"
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
         with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, {"bench-light": "light"}):
             controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
             controller.start()
             try:
-                wait_for(lambda: (device(admin, namespace, "bench-light").get("status") or {}).get("inSync"),
-                         "the light registered", timeout_s=30)
+                wait_registered(admin, namespace, 1)
                 latencies, codes = [], []
                 for run in range(args.runs):
                     spec = {"device": "bench-light", "actuator": "power", "action": "set_state",

@@ -20,13 +20,13 @@ import time
 import uuid
 from pathlib import Path
 
-from common import agent_namespace, bench_plane, percentile, say, scrape, wait_registered, write_result
+from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
 
 from corral.devcluster.processes import free_port
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import running_fleet
 from tests.gateway_harness import MODERN, HttpGateway, http_client
-from tests.harness import rss_mib
+from tests.harness import rss_mib, scrape
 
 TYPES = ["light", "env_fan", "sht30", "relay", "blind", "thermostat", "door_contact", "rgb_light"]
 

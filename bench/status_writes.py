@@ -14,26 +14,18 @@ Writes bench/results/status_writes-<time>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
-from common import agent_namespace, bench_plane, say, scrape, wait_registered, write_result
-
-import paho.mqtt.client as mqtt
+from common import agent_namespace, bench_plane, say, wait_registered, write_result
 
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.controller_harness import ControllerProcess
-from tests.fleet_harness import announce, running_fleet
-
-INFO = {"name": "Thermometer", "model": "bench-thermometer", "fw": "1.0.0",
-        "sensors": [{"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}}]}
-
+from tests.fleet_harness import played_thermometers, running_fleet
+from tests.harness import scrape
 
 def writes(port: int) -> float:
     return sum(v for k, v in scrape(port).items() if k.startswith("corral_status_writes_total"))
@@ -55,41 +47,6 @@ def measure(plane: Plane, admin: object, namespace: str, prefix: str, count: int
         controller.stop()
 
 
-def scripted(plane: Plane, prefix: str, ids: list[str], value: Callable[[int], float]) -> threading.Event:
-    """Announce sensor-only devices and play them from here: telemetry value(second) at 1 Hz for every
-    device, and an ack with the (empty) state to every command, as firmware would."""
-    for device_id in ids:
-        announce(plane, prefix, device_id, {**INFO, "device_id": device_id})
-    stop = threading.Event()
-
-    def send() -> None:
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-telemetry")
-
-        def ack(_c: object, _u: object, message: mqtt.MQTTMessage) -> None:
-            command = json.loads(message.payload)
-            device_id = message.topic.split("/")[1]
-            client.publish(f"{prefix}/{device_id}/ack",
-                           json.dumps({"id": command.get("id"), "ok": True, "error": None, "state": {}}))
-
-        client.on_message = ack
-        client.connect("127.0.0.1", plane.mqtt_port)
-        client.loop_start()
-        client.subscribe(f"{prefix}/+/cmd")
-        second = 0
-        while not stop.is_set():
-            now = int(time.time() * 1000)
-            for device_id in ids:
-                sample = {"metric": "temperature", "value": value(second), "ts": now}
-                client.publish(f"{prefix}/{device_id}/telemetry", json.dumps({"ts": now, "samples": [sample]}))
-            second += 1
-            stop.wait(1.0)
-        client.disconnect()
-        client.loop_stop()
-
-    threading.Thread(target=send, daemon=True).start()
-    return stop
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=50)
@@ -103,16 +60,13 @@ def main() -> None:
                 ids = [f"{case}-{i:03d}" for i in range(args.devices)]
                 say(f"case {case}: {args.devices} devices at 1 Hz")
                 if case == "natural":
-                    with running_fleet(plane, prefix, dict.fromkeys(ids, "sht30"), telemetry_interval_s=1.0,
-                                       connect_spread_s=2.0):
-                        results[case] = measure(plane, admin, namespace, prefix, len(ids), args.window, Path(logs))
+                    devices = running_fleet(plane, prefix, dict.fromkeys(ids, "sht30"), telemetry_interval_s=1.0,
+                                            connect_spread_s=2.0)
                 else:
-                    stop = scripted(plane, prefix, ids, (lambda s: 21.5) if case == "still" else
-                                    (lambda s: 10.0 if s % 2 else 60.0))
-                    try:
-                        results[case] = measure(plane, admin, namespace, prefix, len(ids), args.window, Path(logs))
-                    finally:
-                        stop.set()
+                    devices = played_thermometers(plane, prefix, ids, (lambda _d, _s: 21.5) if case == "still" else
+                                                  (lambda _d, s: 10.0 if s % 2 else 60.0))
+                with devices:
+                    results[case] = measure(plane, admin, namespace, prefix, len(ids), args.window, Path(logs))
             say(f"  {case}: {results[case]:.2f} status writes per device per minute")
     for case, rate in results.items():
         print(f"status writes per device per minute at 1 Hz telemetry, {case}: {rate:.2f}")

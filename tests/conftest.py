@@ -20,8 +20,9 @@ from hypothesis import settings
 
 from corral.api import KINDS
 from corral.api.base import API_VERSION, GROUP, VERSION
+from corral.client.install import install_api
 from corral.devcluster.plane import DevPlane, Plane
-from tests.harness import api_client, apply_yaml, wait_for
+from tests.harness import api_client, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLANE_SUMMARY = pytest.StashKey[list[str]]()
@@ -87,20 +88,9 @@ def kube(plane: Plane) -> kubernetes.client.ApiClient:
 
 @pytest.fixture(scope="session")
 def corral_api(kube: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
-    """The plane with Corral's generated CRDs and admission policies installed (from crds/, as users install them)."""
-    for path in sorted((REPO_ROOT / "crds").glob("*.yaml")):
-        # Forced, like an installer: the files are the authority over these objects.
-        apply_yaml(kube, path.read_text(), field_manager="corral-install", force=True)
-    extensions = kubernetes.client.ApiextensionsV1Api(kube)
-    for kind in KINDS:
-        wait_for(
-            lambda: any(
-                c.type == "Established" and c.status == "True"
-                for c in extensions.read_custom_resource_definition(f"{kind.plural}.{GROUP}").status.conditions or []
-            ),
-            f"CRD {kind.plural}.{GROUP} to be established",
-            timeout_s=30,
-        )
+    """The plane with Corral's generated CRDs and admission policies installed (the content of crds/; a unit
+    test keeps the two equal), and the policies in force."""
+    install_api(kube)
     wait_for(lambda: _policies_enforced(kube), "the admission policies to take effect", timeout_s=30)
     return kube
 

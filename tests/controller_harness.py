@@ -22,7 +22,7 @@ import kubernetes
 from corral.api.base import GROUP, VERSION
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
-from tests.harness import wait_for
+from tests.harness import healthz, wait_for
 
 CORRAL = str(Path(sys.executable).parent / "corral")
 
@@ -52,11 +52,7 @@ class ControllerProcess:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"the controller exited with {self.proc.returncode}:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        return healthz(self.health_port)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no goodbye, like a crashed node."""

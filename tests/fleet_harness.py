@@ -194,3 +194,47 @@ def announce(plane: Plane, prefix: str, device_id: str, info: dict[str, Any]) ->
     """What a device does on connect, from a test: retained info (any contract, valid or not) and online."""
     publish(plane.mqtt_port, [(f"{prefix}/{device_id}/info", json.dumps(info), True),
                               (f"{prefix}/{device_id}/status", "online", True)])
+
+
+THERMOMETER = {"name": "Thermometer", "model": "played-thermometer", "fw": "1.0.0",
+               "sensors": [{"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}}]}
+
+
+@contextmanager
+def played_thermometers(plane: Plane, prefix: str, ids: list[str], value: Callable[[str, int], float]) -> Iterator[None]:
+    """Sensor-only devices played from the test, with readings it chooses: each announces itself, sends
+    `value(device_id, second)` at 1 Hz, and acks every command with its (empty) state, as firmware does
+    (the controller reads a device's state before it writes its status)."""
+    for device_id in ids:
+        announce(plane, prefix, device_id, {**THERMOMETER, "device_id": device_id})
+    stop = threading.Event()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-played")
+
+    def ack(_c: object, _u: object, message: mqtt.MQTTMessage) -> None:
+        command = json.loads(message.payload)
+        client.publish(message.topic.rsplit("/", 1)[0] + "/ack",
+                       json.dumps({"id": command.get("id"), "ok": True, "error": None, "state": {}}))
+
+    def play() -> None:
+        second = 0
+        while not stop.is_set():
+            now = int(time.time() * 1000)
+            for device_id in ids:
+                sample = {"metric": "temperature", "value": value(device_id, second), "ts": now}
+                client.publish(f"{prefix}/{device_id}/telemetry", json.dumps({"ts": now, "samples": [sample]}))
+            second += 1
+            stop.wait(1.0)
+
+    client.on_message = ack
+    client.connect("127.0.0.1", plane.mqtt_port)
+    client.loop_start()
+    client.subscribe(f"{prefix}/+/cmd")
+    player = threading.Thread(target=play, daemon=True)
+    player.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        player.join(5)
+        client.disconnect()
+        client.loop_stop()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -17,10 +16,11 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from corral.api.roles import USER_ROLE_RULES
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.controller_harness import CORRAL
-from tests.harness import wait_for
+from tests.harness import api_client, apply_yaml, healthz, service_account_token, wait_for, wait_until_allowed
 
 MODERN = "2026-07-28"
 MODES = ["legacy", MODERN]  # both protocol generations the SDK serves
@@ -74,11 +74,7 @@ class HttpGateway:
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"the gateway exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        return healthz(self.port)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -105,3 +101,17 @@ def capabilities_readable(admin: Any, namespace: str, *service_accounts: str) ->
     finally:
         rbac.delete_cluster_role_binding(name)
         rbac.delete_cluster_role(name)
+
+
+def grant_agent(plane: Plane, admin: Any, namespace: str, name: str = "agent") -> str:
+    """A ServiceAccount with the chart's agent-operator rules (corral.api.roles) in this namespace; its token,
+    once RBAC lets it write devices."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
+            "rules": USER_ROLE_RULES["agent-operator"]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    apply_yaml(admin, yaml.safe_dump_all([role, binding]), namespace)
+    token = service_account_token(admin, namespace, name)
+    wait_until_allowed(api_client(plane, token=token), "write", namespace, "devices")
+    return token

@@ -6,8 +6,10 @@ session fixtures start; nothing is mocked.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -139,3 +141,20 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A Prometheus /metrics page as {series: value}, for the corral_ series."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {m.group(1): float(m.group(2)) for line in text.splitlines()
+            if (m := re.fullmatch(r"(corral_[^\s]+) ([-+\d.eE]+|NaN)", line))}
+
+
+def healthz(port: int) -> bool:
+    """Whether http://127.0.0.1:port/healthz answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False

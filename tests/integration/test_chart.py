@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from corral.devcluster.processes import free_port
 from tests.controller_harness import CORRAL
 from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
-from tests.harness import api_client, service_account_token, wait_for, wait_until_allowed
+from tests.harness import api_client, healthz, service_account_token, wait_for, wait_until_allowed
 from tests.helm_harness import KUBE_VERSION, Helm, helm_binary
 
 pytestmark = pytest.mark.integration
@@ -170,7 +169,7 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     with running_fleet(plane, "chart", {"porch-light": "light", "back-lock": "lock"}) as fleet, open(log, "ab") as out:
         controller = subprocess.Popen([CORRAL, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            wait_for(lambda: _healthy(health), f"the controller to start (log {log})", timeout_s=30)
+            wait_for(lambda: healthz(health), f"the controller to start (log {log})", timeout_s=30)
             objects = kubernetes.client.CustomObjectsApi(admin)
             wait_for(lambda: all((objects.get_namespaced_custom_object("corral.dev", "v1alpha1", HOME, "devices", d)
                                   .get("status") or {}).get("inSync") for d in ("porch-light", "back-lock")),
@@ -237,14 +236,6 @@ def _user(installed: Installed, name: str, role: str) -> str:
     token = service_account_token(installed.admin, HOME, name)
     wait_until_allowed(api_client(installed.plane, token=token), "get", HOME, "intents")
     return token
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def _gone(objects: kubernetes.client.CustomObjectsApi, name: str) -> bool:

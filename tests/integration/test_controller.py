@@ -8,8 +8,6 @@ on the simulated hardware, where "exactly once" matters.
 from __future__ import annotations
 
 import base64
-import json
-import threading
 import time
 import uuid
 from collections import Counter
@@ -17,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import paho.mqtt.client as mqtt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -38,7 +35,7 @@ from tests.controller_harness import (
     set_target,
     status_write_count,
 )
-from tests.fleet_harness import announce, hardware_applies, on_fleet, running_fleet
+from tests.fleet_harness import announce, hardware_applies, on_fleet, played_thermometers, running_fleet
 from tests.harness import kubectl, wait_for
 
 pytestmark = pytest.mark.integration
@@ -226,54 +223,20 @@ def test_no_status_writes_at_all_while_nothing_changes(
 ) -> None:
     """Devices keep sending telemetry at 1 Hz, always the same values: after the first write, silence."""
     ids = [f"still-{i}" for i in range(10)]
-    info = {"name": "Thermometer", "model": "still-thermometer", "fw": "1.0.0",
-            "sensors": [{"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}}]}
-    for device_id in ids:
-        announce(plane, prefix, device_id, {**info, "device_id": device_id})
-    stop = threading.Event()
-
-    def steady_telemetry() -> None:
-        # Plays the devices' firmware: steady telemetry, and an ack with the state to every command
-        # (the controller reads a device's state before it writes its status).
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-telemetry")
-
-        def ack(_c: object, _u: object, message: mqtt.MQTTMessage) -> None:
-            command = json.loads(message.payload)
-            client.publish(message.topic.rsplit("/", 1)[0] + "/ack",
-                           json.dumps({"id": command.get("id"), "ok": True, "error": None, "state": {}}))
-
-        client.on_message = ack
-        client.connect("127.0.0.1", plane.mqtt_port)
-        client.loop_start()
-        client.subscribe(f"{prefix}/+/cmd")
-        while not stop.is_set():
-            now = int(time.time() * 1000)
-            for device_id in ids:
-                sample = {"metric": "temperature", "value": reading[device_id], "ts": now}
-                client.publish(f"{prefix}/{device_id}/telemetry", json.dumps({"ts": now, "samples": [sample]}))
-            stop.wait(1.0)
-        client.disconnect()
-        client.loop_stop()
-
     reading = dict.fromkeys(ids, 21.5)
-    sender = threading.Thread(target=steady_telemetry, daemon=True)
-    sender.start()
-    try:
-        with running_controller(plane, namespace, prefix, tmp_path):
-            wait_for(lambda: len([d for d in devices(corral_api, namespace).values()
-                                  if (d.get("status") or {}).get("sensors")]) == len(ids),
-                     "every device's first sensor reading in status", timeout_s=30)
-            time.sleep(2)  # let the last registrations settle
-            before = status_write_count(plane)
-            time.sleep(15)
-            writes = status_write_count(plane) - before
-            # The quiet was not deafness: one real change is written.
-            reading[ids[0]] = 30.0
-            wait_for(lambda: (device(corral_api, namespace, ids[0])["status"]["sensors"]["temperature"]["value"]
-                              == 30.0), "the changed reading in status", timeout_s=15)
-    finally:
-        stop.set()
-        sender.join(5)
+    with played_thermometers(plane, prefix, ids, lambda device_id, _second: reading[device_id]), \
+            running_controller(plane, namespace, prefix, tmp_path):
+        wait_for(lambda: len([d for d in devices(corral_api, namespace).values()
+                              if (d.get("status") or {}).get("sensors")]) == len(ids),
+                 "every device's first sensor reading in status", timeout_s=30)
+        time.sleep(2)  # let the last registrations settle
+        before = status_write_count(plane)
+        time.sleep(15)
+        writes = status_write_count(plane) - before
+        # The quiet was not deafness: one real change is written.
+        reading[ids[0]] = 30.0
+        wait_for(lambda: (device(corral_api, namespace, ids[0])["status"]["sensors"]["temperature"]["value"]
+                          == 30.0), "the changed reading in status", timeout_s=15)
     assert writes == 0
 
 

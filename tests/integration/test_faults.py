@@ -15,17 +15,15 @@ from typing import Any
 import kubernetes
 import pytest
 
+from corral.client.install import install_api
 from corral.client.intents import FINAL_PHASES, submit
 from corral.devcluster.plane import APISERVER, BROKER, DevPlane, Plane
 from corral_sim.fleet import Faults
 from tests.controller_harness import ControllerProcess, device, events, set_target
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from tests.harness import api_client, apply_yaml, grant, wait_for
+from tests.harness import api_client, grant, wait_for
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def light_on(requester: str, name: str) -> dict[str, Any]:
     return {"device": name, "actuator": "power", "action": "set_state", "params": {"value": True},
@@ -121,8 +119,7 @@ def own_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnPlane]:
     dev = DevPlane(tmp_path_factory.mktemp("fault-plane"), progress=lambda line: None)
     plane = dev.up()
     admin = api_client(plane)
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        apply_yaml(admin, path.read_text(), field_manager="corral-install", force=True)
+    install_api(admin)
     try:
         yield OwnPlane(dev, plane, admin)
     finally:

@@ -22,8 +22,8 @@ import yaml
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import hardware_applies, running_fleet
-from tests.gateway_harness import HttpGateway, capabilities_readable, kubeconfig_for
-from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+from tests.gateway_harness import HttpGateway, capabilities_readable, grant_agent, kubeconfig_for
+from tests.harness import wait_for
 from tests.mcptools import inspector_cli, run_conformance
 
 pytestmark = pytest.mark.integration
@@ -31,29 +31,11 @@ pytestmark = pytest.mark.integration
 BASELINE = Path(__file__).with_name("mcp-conformance-baseline.yml")
 FLEET = {"desk-light": "light", "hall-fan": "env_fan"}
 
-OPERATOR = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: agent}}
-rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, read, listen, write]}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, create]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: agent}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
-"""
-
-
 @pytest.fixture
 def agent(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
           ) -> Iterator[tuple[str, str, Path]]:
     """A running home with an agent's token: (namespace, token, the agent's kubeconfig)."""
-    apply_yaml(corral_api, OPERATOR.format(ns=namespace), namespace)
-    token = service_account_token(corral_api, namespace, "agent")
-    wait_until_allowed(api_client(plane, token=token), "get", namespace, "devices")
+    token = grant_agent(plane, corral_api, namespace)
     prefix = f"cf-{uuid.uuid4().hex[:8]}"
     with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, FLEET) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")

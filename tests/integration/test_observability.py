@@ -5,9 +5,7 @@ in the test (the same protocol an OpenTelemetry Collector speaks)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,37 +20,10 @@ from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.controller_harness import ControllerProcess, device
 from tests.fleet_harness import running_fleet
-from tests.gateway_harness import HttpGateway, capabilities_readable, http_client
-from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+from tests.gateway_harness import HttpGateway, capabilities_readable, grant_agent, http_client
+from tests.harness import scrape, wait_for
 
 pytestmark = pytest.mark.integration
-
-ROLE = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: agent}}
-rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, read, write]}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, watch, create]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: agent}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
-"""
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        match = re.fullmatch(r"(corral_[^\s]+) ([-+\d.eE]+|NaN)", line)
-        if match:
-            samples[match.group(1)] = float(match.group(2))
-    return samples
-
 
 class OtlpReceiver(ThreadingHTTPServer):
     """Accepts OTLP/HTTP protobuf trace exports on /v1/traces and keeps every span."""
@@ -96,9 +67,7 @@ def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
 def test_one_tool_call_is_counted_and_traced_end_to_end(
         plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path,
         otlp: OtlpReceiver) -> None:
-    apply_yaml(corral_api, ROLE.format(ns=namespace), namespace)
-    token = service_account_token(corral_api, namespace, "agent")
-    wait_until_allowed(api_client(plane, token=token), "write", namespace, "devices")
+    token = grant_agent(plane, corral_api, namespace)
     prefix = f"m-{uuid.uuid4().hex[:8]}"
     controller_metrics, gateway_metrics = free_port(), free_port()
     with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, {"desk-light": "light"}):

@@ -12,8 +12,8 @@ import kubernetes
 
 from corral.client.errors import api_message
 from corral.gateway.identity import Caller, kubeconfig_configuration
+from corral.cli.obsopts import observability_options
 from corral.gateway.view import CallerView, Capabilities
-from corral.obs import metrics, tracing
 
 
 def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kubernetes.client.Configuration, str]:
@@ -32,6 +32,7 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 
 
 @click.command()
+@observability_options("corral-gateway")
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
               help="stdio: act as the kubeconfig's user. http: Streamable HTTP, each request acts as its bearer token.")
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig: the cluster (and, for stdio, the caller).")
@@ -54,15 +55,11 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="At most one update notice per resource per this many seconds.")
 @click.option("--access-refresh", type=float, default=30.0, show_default=True,
               help="Seconds between reviews of a caller's RBAC rules.")
-@click.option("--metrics-port", type=int, default=0, show_default=True,
-              help="Port of Prometheus /metrics on all interfaces; 0 turns it off.")
-@click.option("--traces", type=click.Choice(tracing.TRACERS), default="off", show_default=True,
-              help="otlp: export OpenTelemetry traces over OTLP/HTTP (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None,
-        device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float, metrics_port: int,
-        traces: str, verbose: bool) -> None:
+        device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
+        verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -81,8 +78,6 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     except ValueError:
         raise click.BadParameter(f"{rate_limit!r}: use CALLS/SECONDS, e.g. 30/60", param_hint="--rate-limit") from None
 
-    metrics.serve(metrics_port)
-    tracing.setup("corral-gateway", traces)
 
     if transport == "stdio":
         asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, **options))

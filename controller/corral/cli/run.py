@@ -12,9 +12,9 @@ import click
 import kopf
 import kubernetes
 
+from corral.cli.obsopts import observability_options
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
-from corral.obs import metrics, tracing
 from corral.reconcile.config import ControllerConfig
 from corral.decide.decision import Policy
 from corral.reconcile.handlers import build_registry
@@ -22,6 +22,7 @@ from corral.reconcile.intents import IntentSettings
 
 
 @click.command()
+@observability_options("corral-controller")
 @click.option("--mqtt", "mqtt_url", envvar="CORRAL_MQTT_URL", required=True,
               help="Broker URL, mqtt://host:1883 or mqtts://user:pass@host:8883 (env CORRAL_MQTT_URL).")
 @click.option("--namespace", "-n", default="default", show_default=True,
@@ -48,10 +49,6 @@ from corral.reconcile.intents import IntentSettings
               help="Seconds finished Intents are kept before they are deleted.")
 @click.option("--health-port", type=int, default=8080, show_default=True,
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
-@click.option("--metrics-port", type=int, default=0, show_default=True,
-              help="Port of Prometheus /metrics on all interfaces; 0 turns it off.")
-@click.option("--traces", type=click.Choice(tracing.TRACERS), default="off", show_default=True,
-              help="otlp: export OpenTelemetry traces over OTLP/HTTP (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT).")
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
 @click.option("--signing-keys", metavar="NAMESPACE/SECRET",
               help="Secret whose data entries are the trusted contract signing public keys.")
@@ -71,8 +68,6 @@ def run(
     intent_timeout: float,
     intent_ttl: float,
     health_port: int,
-    metrics_port: int,
-    traces: str,
     require_signatures: bool,
     signing_keys: str | None,
     verbose: bool,
@@ -116,8 +111,6 @@ def run(
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )
-    metrics.serve(metrics_port)
-    tracing.setup("corral-controller", traces)
     asyncio.run(_operate(config, intent_settings, health_port, list(watch_namespaces)))
 
 

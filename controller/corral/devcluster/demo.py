@@ -21,10 +21,10 @@ from typing import Any
 import kubernetes
 import yaml
 
-from corral.api import manifests
 from corral.api.base import GROUP, VERSION
 from corral.api.roles import user_roles
 from corral.client.apply import apply_yaml
+from corral.client.install import install_api
 from corral.devcluster import files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.plane import DevPlane, find_mosquitto
@@ -113,17 +113,10 @@ class Demo:
         return self.kubeconfig, f"mqtt://127.0.0.1:{port}", False
 
     def _install(self, admin: kubernetes.client.ApiClient) -> None:
-        rendered = manifests.rendered()
-        crds = [text for name, text in rendered.items() if name != "admission-policies.yaml"]
-        for text in crds:
-            apply_yaml(admin, text, field_manager=FIELD_MANAGER, force=True)
-        ext = kubernetes.client.ApiextensionsV1Api(admin)
-        for text in crds:
-            name = yaml.safe_load(text.split("\n", 1)[1])["metadata"]["name"]
-            _wait(lambda: any(c.type == "Established" and c.status == "True"
-                              for c in ext.read_custom_resource_definition(name).status.conditions or []),
-                  f"CRD {name} to be established", 30)
-        apply_yaml(admin, rendered["admission-policies.yaml"], field_manager=FIELD_MANAGER, force=True)
+        try:
+            install_api(admin, field_manager=FIELD_MANAGER)
+        except TimeoutError as err:
+            raise DevClusterError(str(err)) from None
         core = kubernetes.client.CoreV1Api(admin)
         try:
             core.create_namespace({"metadata": {"name": self.namespace}})
