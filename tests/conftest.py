@@ -19,7 +19,7 @@ import pytest
 from hypothesis import settings
 
 from corral.api import KINDS
-from corral.api.base import API_VERSION, GROUP, VERSION
+from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.client.install import install_api
 from corral.devcluster.plane import DevPlane, Plane
 from tests.harness import api_client, wait_for

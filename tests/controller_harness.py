@@ -19,7 +19,7 @@ from typing import Any
 
 import kubernetes
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.harness import healthz, wait_for

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -23,6 +24,8 @@ from tests.controller_harness import CORRAL
 from tests.harness import api_client, apply_yaml, healthz, service_account_token, wait_for, wait_until_allowed
 
 MODERN = "2026-07-28"
+# `corral` with the event loop's default executor cut down to one thread (tests/tools/one_worker.py).
+ONE_WORKER = [sys.executable, str(Path(__file__).resolve().parent / "tools" / "one_worker.py")]
 MODES = ["legacy", MODERN]  # both protocol generations the SDK serves
 
 
@@ -61,11 +64,12 @@ async def http_client(url: str, token: str, mode: str = "legacy",
 class HttpGateway:
     """`corral mcp --transport http` as a process of its own, with the admin kubeconfig only for the cluster address."""
 
-    def __init__(self, plane: Plane, namespace: str, log_path: Path, *extra: str) -> None:
+    def __init__(self, plane: Plane, namespace: str, log_path: Path, *extra: str,
+                 command: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.log_path = log_path
-        argv = [CORRAL, "mcp", "--transport", "http", "--port", str(self.port), "-n", namespace, *extra]
+        argv = [*(command or [CORRAL]), "mcp", "--transport", "http", "--port", str(self.port), "-n", namespace, *extra]
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

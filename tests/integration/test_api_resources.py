@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from corral.api import KINDS, Approval, Capability, Device, Intent
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.devcluster.plane import Plane
 from tests.harness import api_client, apply_yaml, kubectl, service_account_token, wait_for
 

@@ -188,9 +188,9 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
                               "the approved Intent to finish", timeout_s=20)
             assert locked["status"]["code"] == "EXECUTED"
             assert hardware_applies(fleet, "back-lock").count(("locked", True)) == 1
-            wait_for(lambda: any(e.reason == "CommandSent"
+            wait_for(lambda: any(e.reason == "Executed" and e.related and e.related.name == "back-lock"
                                  for e in kubernetes.client.EventsV1Api(admin).list_namespaced_event(HOME).items),
-                     "the controller to post Events")
+                     "the controller to post the Intent's outcome Event, related to its Device")
             wait_for(lambda: _gone(objects, "porch-on"), "the finished Intent to be deleted after its TTL",
                      timeout_s=30)
         finally:

@@ -16,7 +16,8 @@ import kubernetes
 import pytest
 
 from corral.client.install import install_api
-from corral.client.intents import FINAL_PHASES, submit
+from corral.api.codes import FINAL_PHASES
+from corral.client.intents import submit
 from corral.devcluster.plane import APISERVER, BROKER, DevPlane, Plane
 from corral_sim.fleet import Faults
 from tests.controller_harness import ControllerProcess, device, events, set_target

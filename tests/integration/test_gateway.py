@@ -26,12 +26,13 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from tests.gateway_harness import (MODERN, MODES, HttpGateway, capabilities_readable, http_client, kubeconfig_for,
-                                   stdio_client)
+from corral.client.intents import decide_on
+from tests.gateway_harness import (MODERN, MODES, ONE_WORKER, HttpGateway, capabilities_readable, http_client,
+                                   kubeconfig_for, stdio_client)
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
 
 pytestmark = pytest.mark.integration
@@ -72,6 +73,14 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {who}}}
 subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]
 """
 
+SECOND_OPERATOR = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: operator-b}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}}
+subjects: [{{kind: ServiceAccount, name: operator-b, namespace: {ns}}}]
+"""
+
 
 @dataclass
 class Home:
@@ -85,6 +94,9 @@ class Home:
 
     def applies(self, device_id: str) -> list[tuple[str, Any]]:
         return hardware_applies(self.fleet, device_id)
+
+    def client_of(self, who: str) -> kubernetes.client.ApiClient:
+        return api_client(self.plane, token=self.tokens[who])
 
 
 @pytest.fixture
@@ -229,6 +241,51 @@ def test_a_high_risk_action_awaits_approval_and_completes_after_corral_approve(h
     done = run(outcome())
     assert done["code"] == "EXECUTED" and done["after"]["locked"] is True
     assert home.applies("front-lock").count(("locked", True)) == 1
+
+
+def test_a_caller_waiting_for_an_approval_holds_no_thread_another_callers_50_calls_go_through(
+        home: Home, tmp_path: Path) -> None:
+    """With the event loop's default executor cut to one thread, caller A waits on its Intent awaiting
+    approval (iot.intent_status with wait_s) while caller B's 50 iot.control calls all complete."""
+    apply_yaml(home.admin, SECOND_OPERATOR.format(ns=home.namespace), home.namespace)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(home.admin)
+    rbac.create_cluster_role_binding({  # contracts, as the fixture lets the other identities read them
+        "metadata": {"name": f"{home.namespace}-capabilities-b"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": f"{home.namespace}-capabilities"},
+        "subjects": [{"kind": "ServiceAccount", "name": "operator-b", "namespace": home.namespace}]})
+    b_token = service_account_token(home.admin, home.namespace, "operator-b")
+    wait_until_allowed(api_client(home.plane, token=b_token), "write", home.namespace, "devices")
+    gateway = HttpGateway(home.plane, home.namespace, tmp_path / "one-worker-gateway.log", "--rate-limit", "0/1",
+                          command=ONE_WORKER)
+    try:
+        async def scenario() -> tuple[dict[str, Any], list[str], bool]:
+            async with http_client(gateway.url, home.tokens["operator"], mode=MODERN) as a, \
+                    http_client(gateway.url, b_token, mode=MODERN) as b:
+                asked = (await a.call_tool("iot.control", control("front-lock", "locked", "set_state", True))
+                         ).structured_content
+                assert asked["code"] == "AWAITING_APPROVAL", asked
+                waiting = asyncio.ensure_future(
+                    a.call_tool("iot.intent_status", {"request_id": asked["request_id"], "wait_s": 60}))
+                await asyncio.sleep(0.5)  # A is waiting inside the gateway now
+                codes = []
+                for i in range(50):
+                    result = await asyncio.wait_for(b.call_tool(
+                        "iot.control", control("kitchen-light", "power", "set_state", i % 2 == 0)), 20)
+                    codes.append(result.structured_content["code"])
+                a_still_waiting = not waiting.done()
+                await asyncio.to_thread(decide_on, home.client_of("approver"), home.namespace, asked["request_id"],
+                                        "Approve", "B is done")
+                done = await asyncio.wait_for(waiting, 30)
+                return done.structured_content, codes, a_still_waiting
+
+        done, codes, a_still_waiting = run(scenario())
+    finally:
+        gateway.stop()
+        rbac.delete_cluster_role_binding(f"{home.namespace}-capabilities-b")
+    assert codes == ["EXECUTED"] * 50
+    assert a_still_waiting, "A's wait lasted through all of B's calls"
+    assert done["code"] == "EXECUTED" and done["after"]["locked"] is True
 
 
 class Notices:

@@ -22,7 +22,7 @@ import kubernetes
 import pytest
 import yaml
 
-from corral.api.base import API_VERSION, GROUP, VERSION
+from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.client.intents import decide_on, submit, wait_settled
 from corral.devcluster.plane import Plane
 from corral_sim.fleet import Faults
@@ -236,7 +236,8 @@ def test_a_device_that_does_not_answer_in_time_is_timeout(plane: Plane, home: Ho
                  "the slow light registered and online", timeout_s=30)
         intent = ask(home, "operator", home.operator, "slow-light", "power", "set_state", True)
     assert status(intent) == ("Failed", "TIMEOUT")
-    assert "did not report power=True within 4 s" in intent["status"]["message"]
+    command = intent["status"]["commandId"]
+    assert f"did not acknowledge command {command} (power=True) within 4 s" in intent["status"]["message"]
 
 
 def test_a_device_that_acks_an_error_fails_the_intent(home: Home) -> None:

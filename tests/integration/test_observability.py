@@ -95,7 +95,7 @@ def test_one_tool_call_is_counted_and_traced_end_to_end(
                 'corral_intents_total{code="EXECUTED"}') and m, "the controller to count the Intent")
             assert seen['corral_intents_total{code="EXECUTED"}'] == 1, seen
             gw = scrape(gateway_metrics)
-            wanted = {"corral.gateway.control", "corral.intent.reconcile", "corral.device.command"}
+            wanted = {"corral.gateway.control", "corral.intent.decide", "corral.intent.execute", "corral.device.command"}
             wait_for(lambda: wanted <= {s["name"] for s in otlp.spans}, "the spans of the tool call", timeout_s=15)
         finally:
             if gateway is not None:
@@ -115,7 +115,9 @@ def test_one_tool_call_is_counted_and_traced_end_to_end(
     trace = [s for s in otlp.spans if s["trace"] == control["trace"]]
     by_id = {s["id"]: s for s in trace}
     command = next(s for s in trace if s["name"] == "corral.device.command")
-    reconcile = by_id[command["parent"]]
-    assert reconcile["name"] == "corral.intent.reconcile" and reconcile["service"] == "corral-controller"
-    assert by_id[reconcile["parent"]] is control and control["service"] == "corral-gateway"
+    execute = by_id[command["parent"]]
+    assert execute["name"] == "corral.intent.execute" and execute["service"] == "corral-controller"
+    decide = next(s for s in trace if s["name"] == "corral.intent.decide")
+    assert by_id[execute["parent"]] is control and by_id[decide["parent"]] is control
+    assert control["service"] == "corral-gateway"
     assert by_id[control["parent"]]["name"].startswith("tools/call"), "the SDK's own server span is the root"

@@ -18,7 +18,8 @@ from typing import Any
 import kubernetes
 import pytest
 
-from corral.client.intents import FINAL_PHASES, submit
+from corral.api.codes import FINAL_PHASES
+from corral.client.intents import submit
 from corral.devcluster.plane import Plane
 from tests.controller_harness import ControllerProcess, device
 from tests.fleet_harness import hardware_applies, running_fleet

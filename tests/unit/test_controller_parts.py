@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from corral.contract.model import Sensor
 from corral.devices.commands import CommandTimeout, CommandTracker
@@ -10,7 +11,7 @@ from corral.devices.messages import Ack
 from corral.devices.telemetry import Coalescing, EarlyWrites, SensorBuffer
 from corral.devices.messages import Sample
 from corral.reconcile import conditions
-from corral.reconcile.intents import _owned_target
+from corral.reconcile.targets import owned_target as _owned_target
 from corral.reconcile.workqueue import WorkQueue
 
 TEMP = Sensor.model_validate({"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}})
@@ -59,10 +60,11 @@ def test_work_queue_deduplicates_and_requeues_keys_changed_while_active() -> Non
 
 
 def test_condition_transition_time_moves_only_when_status_changes() -> None:
-    before = [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "T0"}]
-    same = conditions.merge(before, [conditions.condition("Ready", "True", "Ready", "still", 2)], "T1")
-    flipped = conditions.merge(before, [conditions.condition("Ready", "False", "Offline", "gone", 2)], "T1")
-    assert same[0]["lastTransitionTime"] == "T0" and flipped[0]["lastTransitionTime"] == "T1"
+    t0, t1 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC), datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
+    before = conditions.merge([], [conditions.Wanted("Ready", "True", "Ready", "", 1)], t0)
+    same = conditions.merge(before, [conditions.Wanted("Ready", "True", "Ready", "still", 2)], t1)
+    flipped = conditions.merge(before, [conditions.Wanted("Ready", "False", "Offline", "gone", 2)], t1)
+    assert same[0].last_transition_time == t0 and flipped[0].last_transition_time == t1
 
 
 def test_an_ack_resolves_only_the_command_of_the_device_it_came_from() -> None:

@@ -11,7 +11,19 @@ from hypothesis import strategies as st
 
 from corral.contract.model import Contract
 from corral.decide.approvals import ApprovalView
-from corral.decide.decision import DeviceFacts, IntentFacts, Observation, Policy, decide
+from corral.decide.decision import (
+    PIPELINE,
+    RECHECKED,
+    DeviceFacts,
+    Guards,
+    IntentFacts,
+    InterlockVerdict,
+    Lease,
+    Observation,
+    Policy,
+    decide,
+    recheck,
+)
 from corral.decide.idempotency import compare, params_hash
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -195,3 +207,49 @@ def test_a_read_needs_the_read_verb_and_an_online_device_but_no_approval() -> No
     assert run(read, replace(DEVICE, online=False)).code == "DEVICE_GONE"
     unknown = run(intent(actuator="pressure", action="read", value=None))
     assert unknown.code == "DENY_UNKNOWN_ACTION" and "Readable: bolt, light, firmware, temperature" in unknown.message
+
+
+GUARDED = Guards(paused=True, hold="its new contract lowers the risk of bolt; a person must accept it",
+                 interlocks=(InterlockVerdict("no-unlock-at-night", False, "it is night"),),
+                 lease=Lease("system:serviceaccount:home:other-agent", NOW + timedelta(minutes=3), "cleaning"))
+
+
+def test_the_pipeline_order_is_pinned_for_the_whole_product() -> None:
+    assert [c.name for c in PIPELINE] == [
+        "device known", "action known", "arguments", "RBAC verb", "agents paused", "contract hold", "interlocks",
+        "lease", "cited readings", "approval", "device online"]
+    assert RECHECKED == {"RBAC verb", "agents paused", "contract hold", "interlocks", "lease"}
+
+
+def test_the_safety_envelope_is_checked_in_its_order_after_scope_and_before_readings() -> None:
+    stale = intent(based_on=(Observation("temperature", NOW_MS - 60_000),))
+    codes = []
+    guards = GUARDED
+    for lift in ("paused", "hold", "interlocks", "lease"):
+        codes.append(decide(stale, DEVICE, True, [], HASH, NOW, Policy(), guards).code)
+        guards = replace(guards, **{lift: {"paused": False, "hold": None, "interlocks": (), "lease": None}[lift]})
+    codes.append(decide(stale, DEVICE, True, [], HASH, NOW, Policy(), guards).code)
+    assert codes == ["DENY_PAUSED", "DENY_CONTRACT_HOLD", "DENY_INTERLOCK", "DENY_LEASED", "DENY_SENSOR"]
+    assert decide(stale, DEVICE, False, [], HASH, NOW, Policy(), GUARDED).code == "DENY_SCOPE", "scope comes first"
+    held = decide(intent(), DEVICE, True, [], HASH, NOW, Policy(), replace(GUARDED, paused=False))
+    assert "a person must accept it" in held.message
+    blocked = decide(intent(), DEVICE, True, [], HASH, NOW, Policy(), Guards(interlocks=GUARDED.interlocks))
+    assert "Interlock no-unlock-at-night forbids this now: it is night" in blocked.message
+
+
+def test_a_lease_binds_others_only_and_only_until_it_expires() -> None:
+    mine = Guards(lease=Lease("agent", NOW + timedelta(minutes=3)))
+    expired = Guards(lease=Lease("someone-else", NOW - timedelta(seconds=1)))
+    assert decide(intent(), DEVICE, True, [], HASH, NOW, Policy(), mine).outcome == "execute"
+    assert decide(intent(), DEVICE, True, [], HASH, NOW, Policy(), expired).outcome == "execute"
+
+
+def test_what_can_change_while_a_request_waits_is_checked_again_before_it_runs() -> None:
+    approved = intent(actuator="bolt", action="set_mode", value="unlocked")
+    assert run(approved, approvals=[approval()]).outcome == "execute"
+    assert recheck(approved, DEVICE, True, NOW) is None
+    assert recheck(approved, DEVICE, False, NOW).code == "DENY_SCOPE", "the grant was revoked meanwhile"
+    assert recheck(approved, DEVICE, True, NOW, Guards(paused=True)).code == "DENY_PAUSED"
+    assert recheck(approved, replace(DEVICE, contract=None), True, NOW).code == "DEVICE_GONE"
+    stale = replace(approved, based_on=(Observation("temperature", NOW_MS - 60_000),))
+    assert recheck(stale, DEVICE, True, NOW) is None, "readings were judged when it was decided"

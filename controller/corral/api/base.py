@@ -15,9 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-GROUP = "corral.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from corral.api.codes import API_VERSION
 
 # No C0/C1 control characters: text from agents and devices ends up in prompts
 # and terminals, where such characters can hide or forge content.

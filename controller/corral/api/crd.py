@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.api.base import GROUP, VERSION, Resource
+from corral.api.base import Resource
+from corral.api.codes import GROUP, VERSION
 
 CATEGORIES = ["corral"]
 _DROPPED = {"title", "$defs", "examples"}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_serializer
 
 from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text16, Text64, Text512
 from corral.contract.model import IDENTIFIER_PATTERN
@@ -65,6 +65,13 @@ class SensorReading(KubeModel):
     value: JsonValue = Field(description="The value as the device reported it.")
     unit: Text16 = Field(default="", description="Unit of the value, from the contract.")
     timestamp: datetime = Field(description="When the device measured it.")
+
+    @field_serializer("timestamp", when_used="json")
+    def _milliseconds(self, moment: datetime) -> str:
+        # Devices stamp samples in epoch milliseconds: RFC 3339 with (at most) that precision.
+        moment = moment.astimezone(UTC)
+        fraction = f".{moment.microsecond // 1000:03d}" if moment.microsecond else ""
+        return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 class DeviceStatus(KubeModel):

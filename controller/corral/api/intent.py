@@ -7,25 +7,11 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
+from corral.api.codes import DecisionCode, Phase
 from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text512, Text1024
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
 
-DecisionCode = Literal[
-    "EXECUTED",
-    "DEDUP",
-    "DENY_ID_CONFLICT",
-    "DENY_UNKNOWN_ACTION",
-    "DENY_ARGUMENTS",
-    "DENY_SCOPE",
-    "DENY_SENSOR",
-    "DENY_APPROVAL",
-    "DENIED_BY_APPROVER",
-    "DEVICE_GONE",
-    "TIMEOUT",
-    "FAILED",
-]
-Phase = Literal["Pending", "AwaitingApproval", "Executing", "Succeeded", "Denied", "Failed"]
 Level = Literal["read", "listen", "write", "config"]
 
 
@@ -104,6 +90,13 @@ class IntentStatus(KubeModel):
     )
     approval: Annotated[str, Field(max_length=253)] | None = Field(
         default=None, description="Name of the Approval that was consumed, if one was needed."
+    )
+    command_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "The id of the command that carries out this Intent, made once and recorded with the Executing "
+            "phase before anything is sent; a restarted controller resends this very id, so the device runs it once."
+        ),
     )
     approval_expires_at: datetime | None = Field(
         default=None, description="While AwaitingApproval: when the request expires without a decision."

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from corral.api import KINDS
-from corral.api.base import GROUP
+from corral.api.codes import GROUP
 from corral.api.crd import crd_for
 from corral.api.policies import admission_policies
 

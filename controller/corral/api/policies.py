@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 

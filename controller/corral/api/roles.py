@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.api.base import GROUP
+from corral.api.codes import GROUP
 
 
 def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -48,11 +49,12 @@ def event_body(
     type_: Literal["Normal", "Warning"],
     instance: str,
     now: datetime,
+    related: ObjectRef | None = None,
 ) -> dict[str, object]:
     if len(note) > NOTE_LIMIT:
         note = note[: NOTE_LIMIT - 20] + " … (truncated)"
     namespace = regarding.namespace or "default"
-    return {
+    body: dict[str, object] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": f"{regarding.name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
@@ -65,6 +67,9 @@ def event_body(
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance,
     }
+    if related is not None:
+        body["related"] = related.as_dict()
+    return body
 
 
 class EventRecorder:
@@ -76,23 +81,25 @@ class EventRecorder:
     queued before the controller exits.
     """
 
-    def __init__(self, api_client: kubernetes.client.ApiClient, instance: str | None = None,
+    def __init__(self, send: Callable[[str, dict[str, Any]], Awaitable[None]], instance: str | None = None,
                  max_queued: int = 10_000) -> None:
-        self._events = kubernetes.client.EventsV1Api(api_client)
+        self._send = send  # (namespace, Event body): creates it, off the event loop
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_queued)
         self._worker: asyncio.Task[None] | None = None
         self.dropped = 0
 
-    async def post(
+    def post(
         self,
         regarding: ObjectRef,
         reason: str,
         action: str,
         note: str,
         type_: Literal["Normal", "Warning"] = "Normal",
+        related: ObjectRef | None = None,
     ) -> None:
-        body = event_body(regarding, reason, action, note, type_, self.instance, datetime.now(UTC))
+        """Stamp the Event and queue it; call on the event loop. Nothing waits for the API server."""
+        body = event_body(regarding, reason, action, note, type_, self.instance, datetime.now(UTC), related)
         if self._queue.full():
             self._queue.get_nowait()
             self._queue.task_done()
@@ -115,7 +122,7 @@ class EventRecorder:
         while True:
             body = await self._queue.get()
             try:
-                await asyncio.to_thread(self._events.create_namespaced_event, body["metadata"]["namespace"], body)
+                await self._send(body["metadata"]["namespace"], body)
             except kubernetes.client.ApiException as err:
                 # An Event that cannot be posted must not stop the work it describes.
                 log.warning("could not post Event %s on %s/%s: %s", body["reason"], body["regarding"]["kind"],

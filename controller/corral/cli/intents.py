@@ -7,7 +7,7 @@ from typing import Any
 import click
 import kubernetes
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.cli.kubeopts import kube_options
 from corral.client.intents import decide_on
 

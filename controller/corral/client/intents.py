@@ -17,11 +17,8 @@ from typing import Any, Literal
 
 import kubernetes
 
-from corral.api.base import API_VERSION, GROUP, VERSION
+from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, VERSION
 from corral.decide.idempotency import compare
-
-FINAL_PHASES = ("Succeeded", "Denied", "Failed")
-
 
 @dataclass(frozen=True)
 class Submitted:

@@ -1,29 +1,33 @@
 """Deciding one Intent: pure, no I/O, fed with everything the decision depends on.
 
-The controller gathers the facts (the contract, the device's online state, the
-SubjectAccessReview answers, the approvals, the clock) and calls `decide()`,
-which applies the checks in a fixed order and returns exactly one outcome:
-execute, wait for a human, or a final code with a message a person (or a
-model) can act on. Keeping it pure is what lets every path be unit-tested,
-property-tested, and read in one place.
+The controller gathers the facts (the contract, the device's online state, the SubjectAccessReview
+answer, the approvals, the safety envelope, the clock) and calls `decide()`, which runs one ordered list
+of checks, `PIPELINE`; the first check that fails decides. The order is pinned for the whole product:
+
+    device known -> action known -> arguments -> RBAC verb -> agents paused -> contract hold
+    -> interlocks -> lease -> cited readings -> approval -> device online
+
+An approval can arrive minutes after the request, so `recheck()` runs the checks whose facts can change
+in the meantime (`RECHECKED`) once more right before anything is executed.
+
+Keeping it pure is what lets every path be unit-tested, property-tested, and read in one place.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from corral.contract.model import Contract, Risk
+from corral.api.codes import DecisionCode
+from corral.contract.model import Actuator, Contract, Risk
 from corral.contract.values import InvalidValue, Value, check
 from corral.decide.approvals import ApprovalView, judge_approvals
 
 Outcome = Literal["execute", "await_approval", "final"]
-Code = Literal[
-    "EXECUTED", "DEDUP", "DENY_ID_CONFLICT", "DENY_UNKNOWN_ACTION", "DENY_ARGUMENTS", "DENY_SCOPE", "DENY_SENSOR",
-    "DENY_APPROVAL", "DENIED_BY_APPROVER", "DEVICE_GONE", "TIMEOUT", "FAILED",
-]
+Code = DecisionCode
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,37 @@ class DeviceFacts:
 
 
 @dataclass(frozen=True)
+class InterlockVerdict:
+    """One cross-device rule guarding this action, already evaluated: whether it holds now, and why not."""
+
+    name: str
+    holds: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Exclusive control of the device, held by someone until it expires."""
+
+    holder: str
+    expires_at: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The safety envelope around a device, gathered right before deciding (and again before executing).
+
+    Defaults mean "nothing in the way": not paused, not held, no interlock, no lease.
+    """
+
+    paused: bool = False
+    hold: str | None = None  # why the device's changed contract holds it, until a person accepts it
+    interlocks: tuple[InterlockVerdict, ...] = ()
+    lease: Lease | None = None
+
+
+@dataclass(frozen=True)
 class Decision:
     outcome: Outcome
     code: Code | None
@@ -80,104 +115,266 @@ class Decision:
     expires_at: datetime | None = None  # while awaiting approval
 
 
+@dataclass(frozen=True)
+class Case:
+    """Everything one decision depends on."""
+
+    intent: IntentFacts
+    device: DeviceFacts
+    requester_may: bool
+    approvals: Sequence[ApprovalView]
+    params_hash: str
+    now: datetime
+    policy: Policy
+    guards: Guards
+
+
+@dataclass
+class _Working:
+    """What the checks so far established, for the checks after them."""
+
+    actuator: Actuator | None = None
+    value: Value | None = None
+    consumed: tuple[str, ...] = ()
+
+    @property
+    def risk(self) -> Risk | None:
+        return self.actuator.risk if self.actuator is not None else None
+
+    @property
+    def level(self) -> str | None:
+        return self.actuator.level if self.actuator is not None else None
+
+
+CheckFn = Callable[[Case, _Working], Decision | None]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: CheckFn
+
+
 def decide(
     intent: IntentFacts,
     device: DeviceFacts,
     requester_may: bool,
-    approvals: list[ApprovalView],
+    approvals: Sequence[ApprovalView],
     params_hash: str,
     now: datetime,
-    policy: Policy = Policy(),
+    policy: Policy = Policy(),  # noqa: B008 - frozen, so one shared default is safe
+    guards: Guards = Guards(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> Decision:
-    """One Intent, one outcome. Checks run in a fixed order; the first that fails decides."""
-    if not device.exists or device.contract is None:
-        # Without a contract nothing can be checked: the device is not there for us.
-        where = "does not exist" if not device.exists else "has no accepted contract"
-        return _final("DEVICE_GONE", f"Device {intent.device} {where}; nothing was sent.")
-    contract = device.contract
-    if intent.action == "read":
-        return _decide_read(intent, device, contract, requester_may, now, policy)
+    """One Intent, one outcome: the checks of the pipeline in order; the first that fails decides."""
+    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards)
+    pipeline = READ_PIPELINE if intent.action == "read" else PIPELINE
+    return _run(case, pipeline)
 
+
+def recheck(
+    intent: IntentFacts,
+    device: DeviceFacts,
+    requester_may: bool,
+    now: datetime,
+    guards: Guards = Guards(),  # noqa: B008 - frozen, so one shared default is safe
+) -> Decision | None:
+    """The checks whose facts may have changed since the decision, right before executing; None: go ahead."""
+    case = Case(intent, device, requester_may, (), "", now, Policy(), guards)
+    working = _Working()
+    for step in PIPELINE:
+        if step.name in RESOLVING or step.name in RECHECKED:
+            found = step.run(case, working)
+            if found is not None:
+                return found
+    return None
+
+
+def _run(case: Case, pipeline: tuple[Check, ...]) -> Decision:
+    working = _Working()
+    for step in pipeline:
+        found = step.run(case, working)
+        if found is not None:
+            return found
+    risk = working.risk if case.intent.action != "read" else "low"
+    level = working.level if case.intent.action != "read" else "read"
+    return Decision("execute", None, "Checks passed.", risk, level, working.value, approvals=working.consumed)
+
+
+# ---- the checks, in pipeline order --------------------------------------------------------------------------
+
+def _device_known(case: Case, _: _Working) -> Decision | None:
+    if case.device.exists and case.device.contract is not None:
+        return None
+    # Without a contract nothing can be checked: the device is not there for us.
+    where = "does not exist" if not case.device.exists else "has no accepted contract"
+    return _final("DEVICE_GONE", f"Device {case.intent.device} {where}; nothing was sent.")
+
+
+def _action_known(case: Case, working: _Working) -> Decision | None:
+    intent, contract = case.intent, case.device.contract
+    assert contract is not None  # _device_known ran first
     actuator = contract.actuator(intent.actuator)
-    if actuator is None or actuator.action != intent.action:
-        offered = "; ".join(f"{a.id}: {a.action}" for a in contract.actuators) or "none"
-        if actuator is None:
-            what = f"Device {intent.device} has no actuator {intent.actuator!r}"
-        else:
-            what = f"actuator {intent.actuator!r} is set with {actuator.action}, not {intent.action}"
-        return _final("DENY_UNKNOWN_ACTION", f"{what}. Actions it offers: {offered}.")
+    if actuator is not None and actuator.action == intent.action:
+        working.actuator = actuator
+        return None
+    offered = "; ".join(f"{a.id}: {a.action}" for a in contract.actuators) or "none"
+    if actuator is None:
+        what = f"Device {intent.device} has no actuator {intent.actuator!r}"
+    else:
+        what = f"actuator {intent.actuator!r} is set with {actuator.action}, not {intent.action}"
+    return _final("DENY_UNKNOWN_ACTION", f"{what}. Actions it offers: {offered}.")
 
+
+def _arguments(case: Case, working: _Working) -> Decision | None:
+    assert working.actuator is not None
     try:
-        value = check(actuator, intent.value)
+        working.value = check(working.actuator, case.intent.value)
     except InvalidValue as err:
-        return _final("DENY_ARGUMENTS", f"Invalid value: {err}.", actuator.risk, actuator.level)
+        return _final("DENY_ARGUMENTS", f"Invalid value: {err}.", working)
+    return None
 
-    if not requester_may:
-        return _final(
-            "DENY_SCOPE",
-            f"{intent.requester} may not {actuator.level} device {intent.device}: the action needs the "
-            f"'{actuator.level}' verb on devices/{intent.device} (corral.dev), which Kubernetes RBAC does not grant.",
-            actuator.risk, actuator.level,
-        )
 
-    sensor_problem = _check_observations(intent, device, contract, now, policy)
-    if sensor_problem is not None:
-        return _final("DENY_SENSOR", sensor_problem, actuator.risk, actuator.level)
+def _rbac_verb(case: Case, working: _Working) -> Decision | None:
+    if case.requester_may:
+        return None
+    intent, level = case.intent, working.level
+    return _final(
+        "DENY_SCOPE",
+        f"{intent.requester} may not {level} device {intent.device}: the action needs the '{level}' verb on "
+        f"devices/{intent.device} (corral.dev), which Kubernetes RBAC does not grant.",
+        working,
+    )
 
-    consumed: tuple[str, ...] = ()
+
+def _agents_paused(case: Case, working: _Working) -> Decision | None:
+    if not case.guards.paused:
+        return None
+    return _final("DENY_PAUSED", "Agents are paused: nothing runs until a person resumes them "
+                                 "(corral agents resume).", working)
+
+
+def _contract_hold(case: Case, working: _Working) -> Decision | None:
+    if case.guards.hold is None:
+        return None
+    return _final("DENY_CONTRACT_HOLD", f"Device {case.intent.device} is held: {case.guards.hold}", working)
+
+
+def _interlocks(case: Case, working: _Working) -> Decision | None:
+    for verdict in case.guards.interlocks:
+        if not verdict.holds:
+            return _final("DENY_INTERLOCK", f"Interlock {verdict.name} forbids this now: {verdict.message}", working)
+    return None
+
+
+def _lease(case: Case, working: _Working) -> Decision | None:
+    lease = case.guards.lease
+    if lease is None or lease.expires_at <= case.now or lease.holder == case.intent.requester:
+        return None
+    why = f" ({lease.reason})" if lease.reason else ""
+    return _final("DENY_LEASED", f"Device {case.intent.device} is leased to {lease.holder}{why} until "
+                                 f"{lease.expires_at:%H:%M:%S} UTC.", working)
+
+
+def _cited_readings(case: Case, working: _Working) -> Decision | None:
+    problem = _check_observations(case)
+    return None if problem is None else _final("DENY_SENSOR", problem, working)
+
+
+def _approval(case: Case, working: _Working) -> Decision | None:
+    assert working.actuator is not None
+    intent, policy, actuator = case.intent, case.policy, working.actuator
     needed = policy.approvals_required.get(actuator.risk, 1)
-    if needed > 0:
-        verdict = judge_approvals(approvals, intent.uid, params_hash, intent.requester, needed, now, policy.approval_window)
-        if verdict.state == "denied":
-            return _final("DENIED_BY_APPROVER", verdict.message, actuator.risk, actuator.level)
-        if verdict.state == "invalid":
-            return _final("DENY_APPROVAL", verdict.message, actuator.risk, actuator.level)
-        if verdict.state == "pending":
-            expires_at = intent.created_at + policy.approval_window
-            if now >= expires_at:
-                return _final(
-                    "DENY_APPROVAL",
-                    f"No approval arrived within {_duration(policy.approval_window)} of the request; it expired.",
-                    actuator.risk, actuator.level,
-                )
-            return Decision(
-                "await_approval", None,
-                f"Risk {actuator.risk}: waiting for {needed} approval(s) by someone other than {intent.requester} "
-                f"until {expires_at:%H:%M:%S} UTC (corral approve {intent.name}).",
-                actuator.risk, actuator.level, value, expires_at=expires_at,
-            )
-        consumed = verdict.approvals
-
-    if not device.online:
-        return _final("DEVICE_GONE", f"Device {intent.device} is offline; nothing was sent.", actuator.risk, actuator.level)
-
-    return Decision("execute", None, "Checks passed.", actuator.risk, actuator.level, value, approvals=consumed)
+    if needed <= 0:
+        return None
+    verdict = judge_approvals(list(case.approvals), intent.uid, case.params_hash, intent.requester, needed, case.now,
+                              policy.approval_window)
+    if verdict.state == "denied":
+        return _final("DENIED_BY_APPROVER", verdict.message, working)
+    if verdict.state == "invalid":
+        return _final("DENY_APPROVAL", verdict.message, working)
+    if verdict.state == "pending":
+        expires_at = intent.created_at + policy.approval_window
+        if case.now >= expires_at:
+            return _final("DENY_APPROVAL",
+                          f"No approval arrived within {_duration(policy.approval_window)} of the request; it expired.",
+                          working)
+        return Decision(
+            "await_approval", None,
+            f"Risk {actuator.risk}: waiting for {needed} approval(s) by someone other than {intent.requester} "
+            f"until {expires_at:%H:%M:%S} UTC (corral approve {intent.name}).",
+            actuator.risk, actuator.level, working.value, expires_at=expires_at,
+        )
+    working.consumed = verdict.approvals
+    return None
 
 
-def _decide_read(
-    intent: IntentFacts, device: DeviceFacts, contract: Contract, requester_may: bool, now: datetime, policy: Policy
-) -> Decision:
-    """A fresh read changes nothing on the device: it needs the read verb and an online device, no approval."""
+def _device_online(case: Case, working: _Working) -> Decision | None:
+    if case.device.online:
+        return None
+    what = "it cannot be read now" if case.intent.action == "read" else "nothing was sent"
+    return _final("DEVICE_GONE", f"Device {case.intent.device} is offline; {what}.", working)
+
+
+# A fresh read changes nothing on the device: it needs the read verb and an online device, no approval;
+# pause, holds, interlocks and leases guard actions, not reads.
+def _readable(case: Case, _: _Working) -> Decision | None:
+    contract = case.device.contract
+    assert contract is not None
     readable = [a.id for a in contract.actuators] + [s.metric for s in contract.sensors]
-    if intent.actuator not in readable:
-        return _final("DENY_UNKNOWN_ACTION",
-                      f"Device {intent.device} has nothing named {intent.actuator!r} to read. "
-                      f"Readable: {', '.join(readable) or 'nothing'}.")
-    if not requester_may:
-        return _final("DENY_SCOPE", f"{intent.requester} may not read device {intent.device}: reading needs the "
-                      f"'read' verb on devices/{intent.device} (corral.dev).", "low", "read")
-    sensor_problem = _check_observations(intent, device, contract, now, policy)
-    if sensor_problem is not None:
-        return _final("DENY_SENSOR", sensor_problem, "low", "read")
-    if not device.online:
-        return _final("DEVICE_GONE", f"Device {intent.device} is offline; it cannot be read now.", "low", "read")
-    return Decision("execute", None, "Checks passed.", "low", "read")
+    if case.intent.actuator in readable:
+        return None
+    return _final("DENY_UNKNOWN_ACTION", f"Device {case.intent.device} has nothing named {case.intent.actuator!r} "
+                                         f"to read. Readable: {', '.join(readable) or 'nothing'}.")
 
 
-def _check_observations(
-    intent: IntentFacts, device: DeviceFacts, contract: Contract, now: datetime, policy: Policy
-) -> str | None:
-    now_ms = now.timestamp() * 1000
+def _may_read(case: Case, _: _Working) -> Decision | None:
+    if case.requester_may:
+        return None
+    intent = case.intent
+    return _final("DENY_SCOPE", f"{intent.requester} may not read device {intent.device}: reading needs the "
+                                f"'read' verb on devices/{intent.device} (corral.dev).", "low", "read")
+
+
+def _read_readings(case: Case, _: _Working) -> Decision | None:
+    problem = _check_observations(case)
+    return None if problem is None else _final("DENY_SENSOR", problem, "low", "read")
+
+
+def _read_online(case: Case, working: _Working) -> Decision | None:
+    found = _device_online(case, working)
+    return None if found is None else _final("DEVICE_GONE", found.message, "low", "read")
+
+
+PIPELINE: tuple[Check, ...] = (
+    Check("device known", _device_known),
+    Check("action known", _action_known),
+    Check("arguments", _arguments),
+    Check("RBAC verb", _rbac_verb),
+    Check("agents paused", _agents_paused),
+    Check("contract hold", _contract_hold),
+    Check("interlocks", _interlocks),
+    Check("lease", _lease),
+    Check("cited readings", _cited_readings),
+    Check("approval", _approval),
+    Check("device online", _device_online),
+)
+READ_PIPELINE: tuple[Check, ...] = (
+    Check("device known", _device_known),
+    Check("action known", _readable),
+    Check("RBAC verb", _may_read),
+    Check("cited readings", _read_readings),
+    Check("device online", _read_online),
+)
+# Checks that only establish what is asked (they cannot change after the request), and the ones whose facts
+# can change while a request waits for a human.
+RESOLVING = frozenset({"device known", "action known", "arguments"})
+RECHECKED = frozenset({"RBAC verb", "agents paused", "contract hold", "interlocks", "lease"})
+
+
+def _check_observations(case: Case) -> str | None:
+    intent, device, contract = case.intent, case.device, case.device.contract
+    assert contract is not None
+    now_ms = case.now.timestamp() * 1000
     metrics = {s.metric for s in contract.sensors}
     for obs in intent.based_on:
         label = f"{obs.device_id or device.device_id}/{obs.metric}"
@@ -188,16 +385,18 @@ def _check_observations(
         if (obs.device_id is None or obs.device_id == device.device_id) and obs.metric not in metrics:
             return f"Observation {label}: the device has no sensor {obs.metric!r} (sensors: {', '.join(sorted(metrics))})."
         age_s = (now_ms - obs.ts_ms) / 1000
-        if age_s > policy.freshness.total_seconds():
+        if age_s > case.policy.freshness.total_seconds():
             return (
                 f"Observation {label} is {age_s:.1f} s old; decisions may rely only on readings younger than "
-                f"{policy.freshness.total_seconds():g} s. Query the device again and retry."
+                f"{case.policy.freshness.total_seconds():g} s. Query the device again and retry."
             )
     return None
 
 
-def _final(code: Code, message: str, risk: Risk | None = None, level: str | None = None) -> Decision:
-    return Decision("final", code, message, risk, level)
+def _final(code: Code, message: str, working: _Working | Risk | None = None, level: str | None = None) -> Decision:
+    if isinstance(working, _Working):
+        return Decision("final", code, message, working.risk, working.level)
+    return Decision("final", code, message, working, level)
 
 
 def _duration(delta: timedelta) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.api.roles import user_roles
 from corral.client.apply import apply_yaml
 from corral.client.install import install_api

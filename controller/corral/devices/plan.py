@@ -1,17 +1,22 @@
 """What to send a device so that its reported state reaches the target: pure, no I/O.
 
-Command ids are deterministic: `{device uid prefix}-g{generation}-e{epoch}-{actuator}`.
+Command ids for target changes are deterministic: `{device uid prefix}-g{generation}-e{epoch}-{actuator}`.
 After a crash or a timeout the controller computes the same id again and the
 firmware answers with its stored ack instead of executing twice. The epoch
 grows only when the controller re-drives a device that drifted (someone
 changed it by hand) and is written to status before the command goes out, so a
 re-drive is never mistaken for the earlier command.
+
+A command an executing Intent asked for is pinned: it goes out with the Intent's own id (made once and on
+record with the Intent), even when the device already reports the value, because only the ack to that id
+completes the Intent. A pin whose value the target no longer asks for was superseded and is not sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from corral.contract.model import Contract
 from corral.contract.values import InvalidValue, Value, check
@@ -29,11 +34,21 @@ class Command:
 
 
 @dataclass(frozen=True)
+class PinnedCommand:
+    """A command an executing Intent asked for, with the id it made for it."""
+
+    actuator: str
+    value: Any
+    id: str
+
+
+@dataclass(frozen=True)
 class Plan:
     commands: list[Command] = field(default_factory=list)
     invalid: dict[str, str] = field(default_factory=dict)  # actuator -> why its target cannot be sent
     drifted: list[str] = field(default_factory=list)  # actuators changed on the device after they were driven
     bump_epoch: bool = False  # Enforce: write epoch + 1 to status, then plan again
+    superseded: list[PinnedCommand] = field(default_factory=list)  # pins the target no longer asks for
 
     @property
     def in_sync(self) -> bool:
@@ -54,16 +69,26 @@ def plan(
     epoch: int,
     drift: Literal["Enforce", "Observe"],
     reached: frozenset[str] = frozenset(),
+    pinned: Sequence[PinnedCommand] = (),
+    held: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Commands for every targeted actuator whose reported value differs.
+    """Commands for every targeted actuator whose reported value differs, and for every pinned command.
 
     `reached` names actuators that already reported their target at this
     generation and epoch: a difference there is drift, not a pending change.
+    `held` names actuators an Intent is about to set (its command is pinned, its target not yet on the
+    Device): nothing is sent for them until it is, so the Intent's command goes out with its own id.
     """
     commands: list[Command] = []
     invalid: dict[str, str] = {}
     drifted: list[str] = []
+    superseded: list[PinnedCommand] = []
+    pins: dict[str, list[PinnedCommand]] = {}
+    for pin in pinned:
+        pins.setdefault(pin.actuator, []).append(pin)
     for actuator_id, wanted in sorted(target.items()):
+        if actuator_id in held and actuator_id not in pins:
+            continue
         actuator = contract.actuator(actuator_id)
         if actuator is None:
             known = ", ".join(a.id for a in contract.actuators) or "none"
@@ -74,17 +99,26 @@ def plan(
         except InvalidValue as err:
             invalid[actuator_id] = str(err)
             continue
+        asked = pins.pop(actuator_id, [])
+        superseded += [p for p in asked if not same_value(p.value, value)]
+        matching = [p for p in asked if same_value(p.value, value)]
+        if matching:
+            commands += [Command(p.id, actuator_id, actuator.action, value) for p in matching]
+            continue
         if same_value(reported.get(actuator_id), value):
             continue
         if actuator_id in reached:
             drifted.append(actuator_id)
             continue
         commands.append(Command(command_id(uid, generation, epoch, actuator_id), actuator_id, actuator.action, value))
+    for left in pins.values():
+        superseded += left  # their actuator is not targeted (or not valid) any more
     bump = drift == "Enforce" and bool(drifted)
     if bump:
         # Nothing is sent until the new epoch is on record; then the caller plans again.
-        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True)
-    return Plan(commands=commands, invalid=invalid, drifted=drifted)
+        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded)
+    return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded)
+
 
 
 def same_value(reported: object, wanted: Value) -> bool:

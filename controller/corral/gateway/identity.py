@@ -10,7 +10,6 @@ TokenReview right for that.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import logging
@@ -19,6 +18,9 @@ from dataclasses import dataclass
 
 import kubernetes
 from mcp.server.auth.provider import AccessToken
+
+from corral.gateway.blocking import blocking
+from corral.gateway.following import IntentFollower
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +34,29 @@ class Caller:
     token: str | None = None  # None: the base configuration's own credentials (the kubeconfig user)
     impersonate: tuple[str, str | None] | None = None  # (user, group), for `corral tools --as`
 
-    def new_client(self) -> kubernetes.client.ApiClient:
+    def configuration(self) -> kubernetes.client.Configuration:
         config = copy.copy(self.base)
         if self.token is not None:
             config.api_key = {"authorization": f"Bearer {self.token}"}
             config.api_key_prefix = {}
-        client = kubernetes.client.ApiClient(config)
-        if self.impersonate is not None:
-            user, group = self.impersonate
-            client.set_default_header("Impersonate-User", user)
-            if group:  # the client keeps one value per header: one group
-                client.set_default_header("Impersonate-Group", group)
+        return config
+
+    def headers(self) -> dict[str, str]:
+        if self.impersonate is None:
+            return {}
+        user, group = self.impersonate
+        # The official client keeps one value per header: one group.
+        return {"Impersonate-User": user, **({"Impersonate-Group": group} if group else {})}
+
+    def new_client(self) -> kubernetes.client.ApiClient:
+        client = kubernetes.client.ApiClient(self.configuration())
+        for header, value in self.headers().items():
+            client.set_default_header(header, value)
         return client
+
+    def new_follower(self) -> IntentFollower:
+        """Asynchronous reads and watches of Intents, as this caller."""
+        return IntentFollower(self.configuration(), self.headers())
 
 
 def kubeconfig_configuration(kubeconfig: str | None, context: str | None) -> kubernetes.client.Configuration:
@@ -91,7 +104,7 @@ class KubeTokenVerifier:
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
-        username = await asyncio.to_thread(self._review, token)
+        username = await blocking(self._review, token)
         if username is None:
             self._cache.pop(key, None)
             return None

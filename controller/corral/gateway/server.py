@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,11 +24,14 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from corral import __version__
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.client.errors import api_message
-from corral.client.intents import FINAL_PHASES, submit
+from corral.api.codes import FINAL_PHASES, OVERLAY_MANAGER
+from corral.client.intents import submit
+from corral.gateway.blocking import blocking
+from corral.gateway.following import ApiError, Forbidden
 from corral.gateway.identity import Caller
-from corral.gateway.toolset import OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
+from corral.gateway.toolset import MAX_WAIT_S, OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
 from corral.gateway.view import CallerView, Views
 from corral.gateway.visible import INDEX_URI
 from corral.obs import metrics, tracing
@@ -186,44 +187,35 @@ class Gateway:
 
     async def _submit_and_settle(self, view: CallerView, namespace: str, request_id: str, spec: dict[str, Any]
                                  ) -> dict[str, Any]:
-        submitted = await asyncio.to_thread(_submit, view.client, namespace, request_id, spec, tracing.annotations())
+        submitted = await blocking(_submit, view.client, namespace, request_id, spec, tracing.annotations())
         if submitted.code == "DENY_ID_CONFLICT":
             return _outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message)
-        intent = await self._settle(view.client, namespace, request_id)
+        # Followed with an asynchronous watch: the answer comes the moment the controller writes it, and a
+        # caller waiting holds no thread.
+        intent = await view.follower.until(namespace, request_id, _settled, self.wait_s)
         outcome = _outcome(intent, request_id)
         if submitted.code == "DEDUP":
             outcome = {**outcome, "code": "DEDUP", "message": f"Same request as before ({outcome['code']}): "
                                                                f"{outcome['message']} Nothing was run again."}
         return outcome
 
-    async def _settle(self, client: Client, namespace: str, name: str) -> dict[str, Any]:
-        """The Intent once it is final or awaiting approval, or as it is after `wait_s`.
-
-        Followed with a watch when the caller may watch Intents (the answer comes the moment the
-        controller writes it), else polled.
-        """
-        watched = await asyncio.to_thread(_watch_until_settled, client, namespace, name, self.wait_s)
-        if watched is not None:
-            return watched
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_s
-        while True:
-            intent = await asyncio.to_thread(_get_intent, client, namespace, name)
-            if _settled(intent) or loop.time() > deadline:
-                return intent
-            await asyncio.sleep(0.02)
-
     async def _intent_status(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
         request_id = args.get("request_id")
         if not isinstance(request_id, str) or not request_id:
             raise ArgumentError("request_id is required: the one iot.control returned.")
+        wait_s = args.get("wait_s") or 0
+        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= MAX_WAIT_S:
+            raise ArgumentError(f"wait_s must be a number of seconds from 0 to {MAX_WAIT_S}.")
         for ns in view.namespaces:
             if not view.access.may(ns, "get", "intents", name=request_id):
                 continue
             try:
-                intent = await asyncio.to_thread(_get_intent, view.client, ns, request_id)
-            except kubernetes.client.ApiException as err:
-                if err.status in (403, 404):
+                if wait_s:
+                    intent = await view.follower.until(ns, request_id, _final, float(wait_s))
+                else:
+                    intent = await view.follower.get(ns, request_id)
+            except (Forbidden, ApiError) as err:
+                if isinstance(err, Forbidden) or err.status == 404:
                     continue
                 raise
             return _ok(_outcome(intent, request_id))
@@ -235,7 +227,7 @@ class Gateway:
             raise ArgumentError(f"You may not change Device {device.id}.")
         argument = {"alias": "alias", "notes": "note", "location": "location"}[field]
         text = clean_overlay(field, args.get(argument))
-        await asyncio.to_thread(_patch_overlay, view.client, device.namespace, device.name, field, text)
+        await blocking(_patch_overlay, view.client, device.namespace, device.name, field, text)
         return _ok({"device_id": device.id, "field": argument, "value": text})
 
     # ---- resources --------------------------------------------------------------------------------------------
@@ -312,7 +304,7 @@ class Gateway:
         device = view.find((params.arguments or {}).get("device_id"))
         if device is None:
             raise MCPError(types.INVALID_PARAMS, "device_id must name a device you can see (see iot.list_devices).")
-        events = await asyncio.to_thread(_recent_events, view.client, device.namespace, device.name)
+        events = await blocking(_recent_events, view.client, device.namespace, device.name)
         text = (
             f"Diagnose device {device.id}. Work through it in this order and say what you find at each step:\n"
             "1. Is it online, and when was it last seen? An offline device cannot act; say so and stop.\n"
@@ -404,40 +396,15 @@ def _settled(intent: dict[str, Any]) -> bool:
     return phase in FINAL_PHASES or phase == "AwaitingApproval"
 
 
-def _watch_until_settled(client: Client, namespace: str, name: str, timeout_s: float) -> dict[str, Any] | None:
-    """The Intent once settled, or as last seen after timeout_s; None when the caller may not watch Intents."""
-    last: dict[str, Any] | None = None
-    deadline = time.monotonic() + timeout_s
-    objects = kubernetes.client.CustomObjectsApi(client)
-    watch = kubernetes.watch.Watch()
-    try:
-        # Without a resourceVersion the watch starts with the Intent as it is now: nothing is missed.
-        for event in watch.stream(objects.list_namespaced_custom_object, GROUP, VERSION, namespace, "intents",
-                                  field_selector=f"metadata.name={name}",
-                                  timeout_seconds=max(1, math.ceil(timeout_s)), _request_timeout=timeout_s + 5):
-            if event["type"] in ("ADDED", "MODIFIED"):
-                last = event["object"]
-                if _settled(last) or time.monotonic() > deadline:
-                    break
-    except kubernetes.client.ApiException as err:
-        if err.status == 403:
-            return None
-        raise
-    finally:
-        watch.stop()
-    return last if last is not None else _get_intent(client, namespace, name)
-
-
-def _get_intent(client: Client, namespace: str, name: str) -> dict[str, Any]:
-    return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "intents", name)
+def _final(intent: dict[str, Any]) -> bool:
+    return (intent.get("status") or {}).get("phase") in FINAL_PHASES
 
 
 def _patch_overlay(client: Client, namespace: str, name: str, field: str, text: str) -> None:
     # A merge patch: null deletes the field. Overlay text is last-writer-wins people's data.
     kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "devices", name, {"spec": {"overlay": {field: text or None}}},
-        field_manager="corral-gateway")
+        field_manager=OVERLAY_MANAGER)
 
 
 def _recent_events(client: Client, namespace: str, name: str, limit: int = 20) -> str:

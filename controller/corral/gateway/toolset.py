@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from corral.api.codes import OUTCOME_CODES
 from corral.api.intent import IntentSpec
 from corral.contract.model import Actuator
 from corral.contract.values import InvalidValue, allowed, check
@@ -33,10 +34,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 OVERLAY_LIMITS = {"alias": 64, "location": 64, "notes": 512}
 OVERLAY_TOOLS = {"iot.set_alias": "alias", "iot.set_note": "notes", "iot.set_location": "location"}
 
-_OUTCOME_CODES = [
-    "EXECUTED", "DEDUP", "DENY_ID_CONFLICT", "DENY_UNKNOWN_ACTION", "DENY_ARGUMENTS", "DENY_SCOPE", "DENY_SENSOR",
-    "DENY_APPROVAL", "DENIED_BY_APPROVER", "DEVICE_GONE", "TIMEOUT", "FAILED", "AWAITING_APPROVAL", "PENDING",
-]
 
 _BASED_ON = {
     "type": "array",
@@ -59,6 +56,9 @@ _REQUEST_ID = {
     "description": "Idempotency key (lower-case letters, digits, '-'). Retrying with the same key never runs twice; "
                    "omit it and one is generated.",
 }
+MAX_WAIT_S = 60
+_WAIT_S = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
+           "description": f"Seconds to wait for a final code (at most {MAX_WAIT_S}); 0 or omitted answers at once."}
 _REASON = {"type": "string", "minLength": 1, "maxLength": 512, "description": "Why, in one sentence (audited)."}
 
 _DEVICE_SUMMARY = {
@@ -101,7 +101,7 @@ OUTCOME = {
     "properties": {
         "request_id": {"type": "string"},
         "intent": {"type": ["string", "null"], "description": "namespace/name of the Intent"},
-        "code": {"type": "string", "enum": _OUTCOME_CODES},
+        "code": {"type": "string", "enum": list(OUTCOME_CODES)},
         "message": {"type": "string"},
         "phase": {"type": ["string", "null"]},
         "before": {"type": ["object", "null"]},
@@ -150,9 +150,10 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
               {"type": "object", "properties": {"device_id": device_id}, "additionalProperties": False},
               _QUERY_OUTPUT, _READ_ONLY),
         _tool("iot.intent_status", "Status of a request",
-              "The outcome of an earlier iot.control request, by its request_id.",
-              {"type": "object", "properties": {"request_id": _REQUEST_ID}, "required": ["request_id"],
-               "additionalProperties": False}, OUTCOME, _READ_ONLY),
+              "The outcome of an earlier iot.control request, by its request_id. With wait_s it answers once the "
+              "request has a final code (e.g. after a human approved or denied it), or when wait_s has passed.",
+              {"type": "object", "properties": {"request_id": _REQUEST_ID, "wait_s": _WAIT_S},
+               "required": ["request_id"], "additionalProperties": False}, OUTCOME, _READ_ONLY),
     ]
     controllable = [d for d in devices if grants.controllable(d)]
     if controllable:

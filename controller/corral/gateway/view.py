@@ -21,8 +21,9 @@ from typing import Any
 import kubernetes
 from pydantic import ValidationError
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.contract.model import Contract
+from corral.gateway.blocking import blocking
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
 from corral.gateway.identity import Caller
 from corral.gateway.notify import TOOLS, Audience
@@ -48,6 +49,7 @@ class CallerView:
         self.caller = caller
         # One client per caller, kept: its connection pool spares every tool call a TLS handshake.
         self.client = caller.new_client()
+        self.follower = caller.new_follower()
         self.namespaces = namespaces
         self.capabilities = capabilities
         self.access_refresh_s = access_refresh_s
@@ -91,6 +93,8 @@ class CallerView:
         self._scopes.clear()
         self.audience.close()
         self.client.close()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.create_task(self.follower.close())
 
     # ---- what the caller sees ---------------------------------------------------------------------------------
 
@@ -159,7 +163,7 @@ class CallerView:
                 log.warning("view of %s: RBAC review failed, keeping the last rules: %s", self.username, err)
 
     async def _refresh_access(self) -> None:
-        username, access = await asyncio.to_thread(self._review)
+        username, access = await blocking(self._review)
         self.username = username
         if access.signature() == self.access.signature():
             return
@@ -314,7 +318,7 @@ class CallerView:
 
     async def _fetch_capability(self, name: str) -> None:
         try:
-            spec = await asyncio.to_thread(self._get_capability, name)
+            spec = await blocking(self._get_capability, name)
         except kubernetes.client.ApiException as err:
             log.info("view of %s cannot read Capability %s: %s %s", self.username, name, err.status, err.reason)
             self._readable_caps.discard(name)

@@ -2,7 +2,9 @@
 
 Only watching handlers (`on.event`) are used: they keep no progress
 annotations on the objects, so the controller never writes to a Device's
-metadata and its status writes stay the only writes it makes.
+metadata and its status writes stay the only writes it makes. Every handler
+is `async def`: kopf runs plain functions in a thread pool, and everything
+the reconcilers own lives on the event loop.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from typing import Any
 import kopf
 import kubernetes
 
-from corral.api.base import GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.audit.events import EventRecorder
 from corral.contract.signature import load_public_key
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.controller import DeviceController
-from corral.reconcile.intents import IntentController, IntentSettings
+from corral.reconcile.controller import Controller
+from corral.reconcile.intents import IntentSettings
 from corral.reconcile.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 def build_registry(config: ControllerConfig, intent_settings: IntentSettings | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     state: dict[str, Any] = {}
+    kube = Kube(kubernetes.client.ApiClient())
 
     @kopf.on.login(registry=registry)
     def login(settings: kopf.OperatorSettings, logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -42,8 +45,6 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         settings.scanning.disabled = True
         settings.posting.enabled = False  # our Events are posted by audit.events, with richer references
         settings.watching.server_timeout = 300
-        api_client = kubernetes.client.ApiClient()
-        kube = Kube(api_client)
         keys = {}
         if config.signing_keys_secret:
             namespace, _, name = config.signing_keys_secret.partition("/")
@@ -59,49 +60,44 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
             if not keys:
                 raise kopf.PermanentError(f"Secret {config.signing_keys_secret} holds no signing keys")
             log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
-        recorder = EventRecorder(api_client)
-        controller = DeviceController(config, kube, recorder, signing_keys=keys)
-        intents = IntentController(intent_settings or IntentSettings(), kube, recorder, controller)
+        recorder = EventRecorder(kube.create_event)
+        controller = Controller(config, intent_settings or IntentSettings(), kube, recorder, signing_keys=keys)
         await controller.start()
-        await intents.start()
         state["controller"] = controller
-        state["intents"] = intents
         state["recorder"] = recorder
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        intents = state.pop("intents", None)
-        if intents is not None:
-            await intents.stop()
         controller = state.pop("controller", None)
         if controller is not None:
             await controller.stop()
         recorder = state.pop("recorder", None)
         if recorder is not None:
             await recorder.close()
+        kube.close()
 
+    # kopf reports the objects found by its initial listing with event type None.
     @kopf.on.event(GROUP, VERSION, "devices", registry=registry)
-    def device_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    async def device_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         controller = state.get("controller")
         if controller is not None:
-            # kopf reports the objects found by its initial listing with type None.
             controller.on_device_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.event(GROUP, VERSION, "intents", registry=registry)
-    def intent_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
-        intents = state.get("intents")
-        if intents is not None:
-            intents.on_intent_event(event.get("type") or "ADDED", dict(body))
+    async def intent_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        controller = state.get("controller")
+        if controller is not None:
+            controller.on_intent_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.event(GROUP, VERSION, "approvals", registry=registry)
-    def approval_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
-        intents = state.get("intents")
-        if intents is not None:
-            intents.on_approval_event(event.get("type") or "ADDED", dict(body))
+    async def approval_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        controller = state.get("controller")
+        if controller is not None:
+            controller.on_approval_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.probe(id="mqtt", registry=registry)
-    def mqtt_probe(**_: Any) -> bool:
+    async def mqtt_probe(**_: Any) -> bool:
         controller = state.get("controller")
-        return controller is not None and controller.link.connected.is_set()
+        return controller is not None and controller.healthy
 
     return registry

@@ -1,36 +1,49 @@
 """The Intent pipeline: gather the facts, let `decide` judge, execute through the Device's target, audit.
 
-An Intent moves Pending -> (AwaitingApproval ->) Executing -> Succeeded, or ends
-Denied/Failed with one code. Its phase is written before each step that has
-an effect, so a controller restarted at any point resumes instead of deciding
-twice: an Intent found Executing is carried on, never re-decided.
+An Intent moves Pending -> (AwaitingApproval ->) Executing -> Succeeded, or ends Denied/Failed with one
+code. Two reconcilers share this module, each on a work queue of its own:
+
+- `decide(key)`, per Intent: runs the decision pipeline and either finishes the Intent, waits for a
+  human, or hands it to execution;
+- `execute(device)`, per Device: executes the Intents ready for that Device one after another, so Intents
+  for one device never race. Right before anything runs it checks scope, pause, hold, interlocks and the
+  lease again, then puts `Executing` on record, with the command id and the state before, and only then
+  pins the command and applies the target. A controller restarted at any point resumes an Intent found
+  Executing with the same command id; it never decides it twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kubernetes
 from opentelemetry import context as otel_context
+from pydantic import ValidationError
 
-from corral.api.base import API_VERSION
+from corral.api.codes import API_VERSION, FINAL_PHASES, DecisionCode, event_reason, phase_of
+from corral.api.intent import IntentStatus
 from corral.audit.events import EventRecorder, ObjectRef
-from corral.contract.values import check
+from corral.contract.values import InvalidValue, check
 from corral.decide.approvals import ApprovalView
-from corral.decide.decision import Decision, DeviceFacts, IntentFacts, Observation, Policy, decide
+from corral.decide.decision import Decision, DeviceFacts, IntentFacts, Observation, Policy, decide, recheck
 from corral.decide.idempotency import params_hash
 from corral.obs import metrics, tracing
-from corral.reconcile.controller import DeviceController, DeviceRefused, rfc3339
-from corral.reconcile.kube import INTENTS_FIELD_MANAGER, FieldConflict, Kube
-from corral.reconcile.workqueue import WorkQueue
+from corral.reconcile.access import AccessReviews
+from corral.reconcile.cache import Body, Key, ObjectCache, key_of
+from corral.reconcile.driver import DeviceRefused, Superseded
+from corral.reconcile.kube import FieldConflict, Kube, StaleVersion
+from corral.reconcile.notices import device_ref
+from corral.reconcile.port import DevicePort, DeviceView
+from corral.reconcile.workqueue import Result, WorkQueue
 
 log = logging.getLogger(__name__)
 
-FINAL_PHASES = {"Succeeded", "Denied", "Failed"}
-_PHASE_OF = {"EXECUTED": "Succeeded", "DEVICE_GONE": "Failed", "TIMEOUT": "Failed", "FAILED": "Failed"}
+MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
@@ -38,155 +51,141 @@ class IntentSettings:
     policy: Policy = Policy()
     execution_timeout_s: float = 10.0
     ttl: timedelta = timedelta(hours=24)
-    workers: int = 8
+    decision_workers: int = 8
+    # Executions wait for devices; each worker waits for one device at a time.
+    execution_workers: int = 32
 
 
-class IntentController:
-    def __init__(self, settings: IntentSettings, kube: Kube, recorder: EventRecorder, devices: DeviceController) -> None:
+@dataclass(frozen=True)
+class Ready:
+    """An Intent handed to execution: what the decision established (None when resumed after a restart)."""
+
+    key: Key
+    decision: Decision | None
+
+
+def new_command_id() -> str:
+    """Unguessable, and short enough for the firmware's dedup memory."""
+    return "i-" + secrets.token_hex(12)
+
+
+class IntentReconciler:
+    def __init__(self, settings: IntentSettings, kube: Kube, access: AccessReviews, recorder: EventRecorder,
+                 devices: DevicePort) -> None:
         self.settings = settings
         self.kube = kube
+        self.access = access
         self.recorder = recorder
         self.devices = devices
-        self.intents: dict[tuple[str, str], dict[str, Any]] = {}
-        self.approvals: dict[tuple[str, str], dict[str, Any]] = {}
-        self._awaiting: set[tuple[str, str]] = set()  # for the approvals-waiting gauge
-        # Intents this process gave a final code, by key -> uid. The watch may still deliver an older
-        # copy (phase Executing) after the final write; it must not be finished a second time.
-        self._finished: dict[tuple[str, str], str] = {}
-        self.queue = WorkQueue()
-        self._workers: list[asyncio.Task[None]] = []
+        self.intents = ObjectCache()
+        self.approvals = ObjectCache()
+        self.decisions: WorkQueue[Key] = WorkQueue("intents")
+        self.executions: WorkQueue[Key] = WorkQueue("executions")  # keys are (namespace, device name)
+        self._ready: dict[Key, list[Ready]] = {}
+        self._awaiting: set[Key] = set()  # for the approvals-waiting gauge
 
-    async def start(self) -> None:
-        self._workers = [asyncio.create_task(self._work(), name=f"corral-intents-{i}") for i in range(self.settings.workers)]
+    # ---- inputs ---------------------------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self.queue.close()
-
-    # Inputs ------------------------------------------------------------------------------
-
-    def on_intent_event(self, event_type: str, body: dict[str, Any]) -> None:
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    def on_intent_event(self, event_type: str, body: Body) -> None:
         if event_type == "DELETED":
-            self.intents.pop(key, None)
-            self._awaiting.discard(key)
-            self._finished.pop(key, None)
-        else:
-            self.intents[key] = body
-            if (body.get("status") or {}).get("phase") == "AwaitingApproval":
-                self._awaiting.add(key)
-            else:
-                self._awaiting.discard(key)
-            self.queue.add(_key(key))
-        metrics.APPROVALS_WAITING.set(len(self._awaiting))
-
-    def on_approval_event(self, event_type: str, body: dict[str, Any]) -> None:
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        if event_type == "DELETED":
-            self.approvals.pop(key, None)
+            self.intents.remove(body)
+            self._track(key_of(body), None)
             return
-        self.approvals[key] = body
+        if self.intents.upsert(body) is not None:
+            self._track(key_of(body), body)
+            self.decisions.add(key_of(body))
+
+    def on_approval_event(self, event_type: str, body: Body) -> None:
+        if event_type == "DELETED":
+            self.approvals.remove(body)
+            return
+        if self.approvals.upsert(body) is None:
+            return
         intent_name = ((body.get("spec") or {}).get("intent") or {}).get("name")
         if intent_name:
-            self.queue.add(_key((key[0], intent_name)))
+            self.decisions.add((body["metadata"]["namespace"], intent_name))
 
-    async def _work(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.reconcile(_unkey(key))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("handling Intent %s failed; retrying", key)
-                self.queue.add_after(key, 5)
-            finally:
-                self.queue.done(key)
+    def prime(self, intents: list[Body]) -> None:
+        """Before the device side starts: Intents that were executing when the controller stopped pin their
+        command again, so that the device reconciler sends nothing for that actuator until the resumed
+        execution has re-applied its target, and then sends it with the Intent's own command id."""
+        for body in intents:
+            self.on_intent_event("ADDED", body)
+            status, spec = body.get("status") or {}, body["spec"]
+            if status.get("phase") != "Executing" or not status.get("commandId"):
+                continue
+            view = self.devices.view(body["metadata"]["namespace"], spec["device"])
+            if view is not None and view.device_id:
+                value = (spec.get("params") or {}).get("value")
+                self.devices.pin(view.device_id, spec["actuator"], value, status["commandId"], _name(body), None)
 
-    # Reconcile ---------------------------------------------------------------------------
+    def _track(self, key: Key, body: Body | None) -> None:
+        if body is not None and (body.get("status") or {}).get("phase") == "AwaitingApproval":
+            self._awaiting.add(key)
+        else:
+            self._awaiting.discard(key)
+        metrics.APPROVALS_WAITING.set(len(self._awaiting))
 
-    async def reconcile(self, key: tuple[str, str]) -> None:
+    # ---- deciding -------------------------------------------------------------------------------------------
+
+    async def decide(self, key: Key) -> Result:
         body = self.intents.get(key)
         if body is None:
-            return
+            return Result.done()
         # Joins the trace of whoever created the Intent (the gateway's tool call), if it carries one.
         with tracing.tracer().start_as_current_span(
-                "corral.intent.reconcile", context=tracing.context_of(body),
-                attributes={"corral.intent": f"{key[0]}/{key[1]}"}) as span:
-            await self._reconcile(key, body)
-            span.set_attribute("corral.phase", str((body.get("status") or {}).get("phase")))
+                "corral.intent.decide", context=tracing.context_of(body),
+                attributes={"corral.intent": _name(body)}):
+            return await self._decide(key, body)
 
-    async def _reconcile(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+    async def _decide(self, key: Key, body: Body) -> Result:
         status = body.get("status") or {}
         phase = status.get("phase")
-        if self._finished.get(key) == body["metadata"]["uid"] and phase not in FINAL_PHASES:
-            return  # a stale copy from before our final write; its own watch event follows
         if phase in FINAL_PHASES:
-            await self._housekeep(body)
-            return
-        if phase == "Executing":
-            await self._execute(body, resumed=True)
-            return
-        facts, device_facts, device_body = self._facts(body)
-        if device_body is not None and not device_facts.exists and self.devices.still_listening():
+            return await self._housekeep(body)
+        if self._handed_over(key):
+            return Result.done()
+        namespace, spec = key[0], body["spec"]
+        view = self.devices.view(namespace, spec["device"])
+        if view is not None and not view.exists and self.devices.still_listening():
             # Just (re)started: the device may announce itself in a moment; do not call it gone yet.
-            self.queue.add_after(_key(key), 1.0)
-            return
-        spec = body["spec"]
-        namespace = key[0]
-        digest = params_hash(namespace, spec)
-        requester_may = False
-        actuator = device_facts.contract.actuator(facts.actuator) if device_facts.contract else None
-        level = "read" if facts.action == "read" else (actuator.level if actuator is not None else None)
-        if level is not None and device_facts.contract is not None:
-            requester_may = await self.kube.may(facts.requester, level, namespace, facts.device)
+            return Result.after(1.0)
+        if phase == "Executing":
+            self._hand_over(key, body, None)  # resumed after a restart: carried on, never decided again
+            return Result.done()
+        facts, device_facts = _facts(body, view)
+        requester_may = await self._requester_may(facts, device_facts, namespace)
         approvals = await self._approvals_for(body, facts.device)
+        digest = params_hash(namespace, spec)
         now = datetime.now(UTC)
         decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy)
-
-        base = {"paramsHash": digest, "risk": decision.risk, "level": decision.level}
+        base = {"params_hash": digest, "risk": decision.risk, "level": decision.level}
         if decision.outcome == "final":
-            await self._finish(body, device_body, decision.code, decision.message, base)  # type: ignore[arg-type]
-        elif decision.outcome == "await_approval":
-            waiting = {**base, "phase": "AwaitingApproval", "message": decision.message,
-                       "approvalExpiresAt": rfc3339(decision.expires_at)} if decision.expires_at else {}
-            if status.get("phase") != "AwaitingApproval":
-                await self._write(body, waiting, "awaiting-approval")
-                await self._event(body, "AwaitingApproval", "Decide", decision.message)
-            if decision.expires_at is not None:
-                self.queue.add_after(_key(key), max(0.1, (decision.expires_at - now).total_seconds() + 0.1))
-        elif facts.action == "read":
-            await self._read(body, device_body, base)
-        else:
-            await self._begin_execution(body, device_body, decision, base)
+            assert decision.code is not None
+            return await self._finish(body, view, decision.code, decision.message, base)
+        if decision.outcome == "await_approval":
+            assert decision.expires_at is not None
+            if phase != "AwaitingApproval":
+                await self._write(body, {**base, "phase": "AwaitingApproval", "message": decision.message,
+                                         "approval_expires_at": decision.expires_at}, "awaiting-approval")
+                self._event(body, "AwaitingApproval", "Decide", decision.message)
+            return Result.after(max(0.1, (decision.expires_at - now).total_seconds() + 0.1))
+        if facts.action == "read":
+            assert view is not None and view.device_id is not None
+            return await self._read(body, view, base)
+        self._hand_over(key, body, decision)
+        return Result.done()
 
-    def _facts(self, body: dict[str, Any]) -> tuple[IntentFacts, DeviceFacts, dict[str, Any] | None]:
-        meta, spec = body["metadata"], body["spec"]
-        created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
-        facts = IntentFacts(
-            uid=meta["uid"],
-            name=meta["name"],
-            device=spec["device"],
-            actuator=spec["actuator"],
-            action=spec["action"],
-            value=(spec.get("params") or {}).get("value"),  # none for a read
-            requester=spec["requester"],
-            created_at=created,
-            based_on=tuple(Observation(o["metric"], o["ts"], o.get("deviceId")) for o in spec.get("basedOn") or []),
-        )
-        device_body, rt = self.devices.device_for(meta["namespace"], spec["device"])
-        device_id = (device_body or {}).get("spec", {}).get("deviceId")
-        device_facts = DeviceFacts(
-            exists=device_body is not None and rt is not None,
-            device_id=device_id,
-            contract=rt.contract if rt is not None else None,
-            online=rt.online if rt is not None else None,
-        )
-        return facts, device_facts, device_body
+    async def _requester_may(self, facts: IntentFacts, device: DeviceFacts, namespace: str) -> bool:
+        if device.contract is None:
+            return False
+        actuator = device.contract.actuator(facts.actuator)
+        level = "read" if facts.action == "read" else (actuator.level if actuator is not None else None)
+        if level is None:
+            return False
+        return await self.access.may(facts.requester, level, namespace, facts.device)
 
-    async def _approvals_for(self, intent: dict[str, Any], device: str) -> list[ApprovalView]:
+    async def _approvals_for(self, intent: Body, device: str) -> list[ApprovalView]:
         namespace, name = intent["metadata"]["namespace"], intent["metadata"]["name"]
         views = []
         for (ns, _), approval in sorted(self.approvals.items()):
@@ -201,7 +200,7 @@ class IntentController:
                 params_hash=spec["paramsHash"],
                 decision=spec["decision"],
                 approver=spec["approver"],
-                approver_may_approve=await self.kube.may(spec["approver"], "approve", namespace, device),
+                approver_may_approve=await self.access.may(spec["approver"], "approve", namespace, device),
                 created_at=_parse_time(meta["creationTimestamp"]),
                 expires_at=_parse_time(expires) if expires else None,
                 consumed=bool(status.get("consumed")),
@@ -209,156 +208,244 @@ class IntentController:
             ))
         return views
 
-    # Execution ---------------------------------------------------------------------------
-
-    async def _begin_execution(self, body: dict[str, Any], device_body: dict[str, Any] | None, decision: Decision,
-                               base: dict[str, Any]) -> None:
-        assert device_body is not None
-        _, rt = self.devices.device_for(body["metadata"]["namespace"], body["spec"]["device"])
-        before = dict(rt.reported) if rt is not None else {}
-        # On record first: from here on a restart resumes this execution instead of deciding again.
-        executing = {**base, "phase": "Executing", "message": decision.message, "before": before,
-                     "approval": ",".join(decision.approvals) or None}
-        await self._write(body, {k: v for k, v in executing.items() if v is not None}, "executing")
-        body["status"] = {**(body.get("status") or {}), **executing}
-        for name in decision.approvals:
-            await self.kube.apply_status("approvals", body["metadata"]["namespace"], name, "Approval", {
-                "consumed": True, "consumedAt": rfc3339(datetime.now(UTC)),
-                "message": f"Used by Intent {body['metadata']['name']}",
-            }, "approval-consumed")
-        await self._execute(body, resumed=False)
-
-    async def _read(self, body: dict[str, Any], device_body: dict[str, Any] | None, base: dict[str, Any]) -> None:
+    async def _read(self, body: Body, view: DeviceView, base: dict[str, Any]) -> Result:
         """Answer from the device itself: its state now, and its latest sensor readings."""
         spec = body["spec"]
-        _, rt = self.devices.device_for(body["metadata"]["namespace"], spec["device"])
-        assert rt is not None
+        assert view.device_id is not None
         try:
-            state = await self.devices.read_state(rt.device_id)
+            state = await self.devices.read_state(view.device_id)
         except TimeoutError:
-            await self._finish(body, device_body, "TIMEOUT",
-                               f"The device did not answer the read within {self.devices.config.command_timeout_s:g} s.",
-                               base)
-            return
-        readings = {metric: sample.value for metric, sample in rt.buffer.latest.items()}
+            return await self._finish(body, view, "TIMEOUT", "The device did not answer the read in time.", base)
+        fresh = self.devices.view(body["metadata"]["namespace"], spec["device"]) or view
+        readings = {metric: sample.value for metric, sample in fresh.latest.items()}
         item = spec["actuator"]
         if item in state:
             found = f"{item}={state[item]!r}, read from the device just now"
         else:
-            sample = rt.buffer.latest.get(item)
+            sample = fresh.latest.get(item)
             age = (datetime.now(UTC).timestamp() * 1000 - sample.ts) / 1000 if sample else None
             found = f"{item}={sample.value!r}, measured {age:.1f} s ago" if sample else f"{item}: no reading yet"
-        await self._finish(body, device_body, "EXECUTED", f"Read {found}.",
-                           {**base, "after": {**readings, **state}})
+        return await self._finish(body, fresh, "EXECUTED", f"Read {found}.", {**base, "after": {**readings, **state}})
 
-    async def _execute(self, body: dict[str, Any], resumed: bool) -> None:
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        spec, status = body["spec"], body.get("status") or {}
-        device_body, rt = self.devices.device_for(namespace, spec["device"])
-        if device_body is None or rt is None or rt.contract is None:
-            await self._finish(body, device_body, "DEVICE_GONE", f"Device {spec['device']} disappeared before execution.", {})
+    # ---- executing ------------------------------------------------------------------------------------------
+
+    def _hand_over(self, key: Key, body: Body, decision: Decision | None) -> None:
+        device_key = (key[0], body["spec"]["device"])
+        ready = self._ready.setdefault(device_key, [])
+        if all(r.key != key for r in ready):
+            ready.append(Ready(key, decision))
+        self.executions.add(device_key)
+
+    def _handed_over(self, key: Key) -> bool:
+        body = self.intents.get(key)
+        device_key = (key[0], body["spec"]["device"]) if body is not None else None
+        return device_key is not None and any(r.key == key for r in self._ready.get(device_key, []))
+
+    async def execute(self, device_key: Key) -> Result:
+        """Execute the next Intent ready for this Device; the queue runs one per Device at a time."""
+        ready = self._ready.get(device_key, [])
+        while ready:
+            item = ready[0]
+            body = self.intents.get(item.key)
+            if body is not None and (body.get("status") or {}).get("phase") not in FINAL_PHASES:
+                with tracing.tracer().start_as_current_span(
+                        "corral.intent.execute", context=tracing.context_of(body),
+                        attributes={"corral.intent": _name(body)}):
+                    try:
+                        await self._execute(body, item.decision)
+                    except Exception:
+                        # Decided again from what is on record (Pending, or Executing: then resumed).
+                        delay = self.decisions.add_rate_limited(item.key)
+                        log.exception("executing Intent %s failed; deciding it again in %.2f s", _name(body), delay)
+                    else:
+                        self.decisions.add(item.key)  # it is final now: its housekeeping is the Intent's own
+                    finally:
+                        ready.pop(0)
+                break
+            ready.pop(0)
+        if not ready:
+            self._ready.pop(device_key, None)
+            return Result.done()
+        return Result.after(0)
+
+    async def _execute(self, body: Body, decision: Decision | None) -> None:
+        namespace, spec, status = body["metadata"]["namespace"], body["spec"], body.get("status") or {}
+        view = self.devices.view(namespace, spec["device"])
+        value = _checked_value(view, spec)
+        if view is None or not view.exists or view.contract is None or value is None or view.device_id is None:
+            await self._finish(body, view, "DEVICE_GONE", f"Device {spec['device']} disappeared, or its contract "
+                               "changed, before execution; nothing was sent.", {})
             return
-        actuator = rt.contract.actuator(spec["actuator"])
-        assert actuator is not None
-        value = check(actuator, spec["params"]["value"])  # checked by decide(); this gives its canonical type
-        target = {**_owned_target(device_body, INTENTS_FIELD_MANAGER), spec["actuator"]: value}
-        reached = self.devices.expect(rt.device_id, spec["actuator"], value, trace=otel_context.get_current())
+        resumed = decision is None
+        if resumed:
+            command_id = status.get("commandId") or new_command_id()
+        else:
+            assert decision is not None
+            denial = await self._recheck(body, view)
+            if denial is not None:
+                assert denial.code is not None
+                await self._finish(body, view, denial.code, denial.message, {})
+                return
+            command_id = new_command_id()
+            # On record first: from here on a restart resumes this execution (with this command id).
+            executing = {"phase": "Executing", "message": decision.message, "before": dict(view.reported),
+                         "approval": ",".join(decision.approvals) or None, "command_id": command_id}
+            body = await self._write(body, executing, "executing")
+        pin = self.devices.pin(view.device_id, spec["actuator"], value, command_id, _name(body),
+                               otel_context.get_current())
         try:
-            await self.kube.apply_intent_target(namespace, spec["device"], target, name)
+            consumed = asyncio.gather(*(self._consume(body, name) for name in (decision.approvals if decision else ())))
+            try:
+                await self.devices.apply_target(pin, view.body, body["metadata"]["name"])
+            finally:
+                await consumed
+            await self._await_device(body, view, pin.future, value, resumed, command_id)
         except FieldConflict as conflict:
-            reached.cancel()
-            await self._finish(body, device_body, "FAILED",
+            await self._finish(body, view, "FAILED",
                                f"Not applied: spec.target.{spec['actuator']} of Device {spec['device']} is managed by "
                                f"someone else ({conflict}). Corral does not overwrite a person's settings; remove the "
                                f"field from their manifest (or apply theirs with the new value).", {})
-            return
+        except StaleVersion as stale:
+            await self._finish(body, view, "FAILED", f"Not applied: {stale}.", {})
+        finally:
+            self.devices.release(pin)
+
+    async def _recheck(self, body: Body, view: DeviceView) -> Decision | None:
+        """Scope, pause, hold, interlocks and lease, once more: an approval may have taken minutes."""
+        facts, device_facts = _facts(body, view)
+        requester_may = await self._requester_may(facts, device_facts, body["metadata"]["namespace"])
+        return recheck(facts, device_facts, requester_may, datetime.now(UTC))
+
+    async def _await_device(self, body: Body, view: DeviceView, reached: asyncio.Future[dict[str, Any]], value: Any,
+                            resumed: bool, command_id: str) -> None:
+        spec = body["spec"]
+        timeout = self.settings.execution_timeout_s
         try:
-            after = await asyncio.wait_for(reached, self.settings.execution_timeout_s)
+            after = await asyncio.wait_for(asyncio.shield(reached), timeout)
         except TimeoutError:
-            await self._finish(body, device_body, "TIMEOUT",
-                               f"The device did not report {spec['actuator']}={value!r} within "
-                               f"{self.settings.execution_timeout_s:g} s. The target stays set; the controller keeps "
-                               f"driving the device there.", {})
+            await self._finish(body, view, "TIMEOUT",
+                               f"The device did not acknowledge command {command_id} ({spec['actuator']}={value!r}) "
+                               f"within {timeout:g} s. The target stays set; the controller keeps driving the "
+                               "device there.", {})
             return
         except DeviceRefused as refusal:
-            await self._finish(body, device_body, "FAILED", f"The device refused: {refusal}.", {})
+            await self._finish(body, view, "FAILED", f"The device refused: {refusal}.", {})
             return
-        before = status.get("before") or {}
-        await self._finish(body, device_body, "EXECUTED",
-                           f"{spec['action']} {spec['actuator']}={value!r} done; the device reports it"
-                           + (" (resumed after a restart)." if resumed else "."),
+        except Superseded as superseded:
+            await self._finish(body, view, "FAILED", f"Not executed: {superseded}.", {})
+            return
+        before = (body.get("status") or {}).get("before") or {}
+        await self._finish(body, view, "EXECUTED",
+                           f"{spec['action']} {spec['actuator']}={value!r} done; the device acknowledged command "
+                           f"{command_id}" + (" (resumed after a restart)." if resumed else "."),
                            {"before": before, "after": after})
 
-    async def _finish(self, body: dict[str, Any], device_body: dict[str, Any] | None, code: str, message: str,
-                      extra: dict[str, Any]) -> None:
-        phase = _PHASE_OF.get(code, "Denied")
-        status = {**{k: v for k, v in extra.items() if v is not None}, "phase": phase, "code": code,
-                  "message": message[:1024], "decidedAt": rfc3339(datetime.now(UTC))}
-        await self._write(body, status, "final")
-        body["status"] = {**(body.get("status") or {}), **status}
-        self._finished[(body["metadata"]["namespace"], body["metadata"]["name"])] = body["metadata"]["uid"]
+    async def _consume(self, body: Body, approval: str) -> None:
+        """Mark the approval used. Best effort: it names this Intent's UID, so it cannot count for another."""
+        try:
+            await self.kube.apply_status("approvals", body["metadata"]["namespace"], approval, "Approval", {
+                "consumed": True, "consumedAt": _rfc3339(datetime.now(UTC)),
+                "message": f"Used by Intent {body['metadata']['name']}",
+            }, "approval-consumed")
+        except kubernetes.client.ApiException as err:
+            log.warning("could not mark Approval %s used by Intent %s: %s %s", approval, _name(body), err.status,
+                        err.reason)
+
+    # ---- finishing ------------------------------------------------------------------------------------------
+
+    async def _finish(self, body: Body, view: DeviceView | None, code: DecisionCode, message: str,
+                      extra: dict[str, Any]) -> Result:
+        status = {**{k: v for k, v in extra.items() if v is not None}, "phase": phase_of(code), "code": code,
+                  "message": message, "decided_at": datetime.now(UTC).replace(microsecond=0)}
+        body = await self._write(body, status, "final")
         metrics.INTENTS.labels(code=code).inc()
         created = _parse_time(body["metadata"]["creationTimestamp"])
         metrics.INTENT_SECONDS.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
         kind = "Normal" if code == "EXECUTED" else "Warning"
-        note = f"{code}: {message} (requested by {body['spec']['requester']})"
-        await self._event(body, code.title().replace("_", ""), "Decide", note, kind)
-        if device_body is not None:
-            meta = device_body["metadata"]
-            await self.recorder.post(
-                ObjectRef(API_VERSION, "Device", meta["name"], meta["namespace"], meta.get("uid")),
-                "Intent" + code.title().replace("_", ""), "Decide",
-                f"Intent {body['metadata']['name']}: {note}", kind,
-            )
-        self.queue.add_after(_key((body["metadata"]["namespace"], body["metadata"]["name"])),
-                             self.settings.ttl.total_seconds())
+        related = device_ref(view.body) if view is not None else None
+        self._event(body, event_reason(code), "Decide",
+                    f"{code}: {message} (requested by {body['spec']['requester']})", kind, related)
+        return Result.after(self.settings.ttl.total_seconds())
 
-    async def _housekeep(self, body: dict[str, Any]) -> None:
+    async def _housekeep(self, body: Body) -> Result:
         decided = (body.get("status") or {}).get("decidedAt")
         if not decided:
-            return
+            return Result.done()
         age = datetime.now(UTC) - _parse_time(decided)
-        if age >= self.settings.ttl:
-            await self.kube.delete_intent(body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"])
-        else:
-            self.queue.add_after(_key((body["metadata"]["namespace"], body["metadata"]["name"])),
-                                 (self.settings.ttl - age).total_seconds())
-
-    async def _write(self, body: dict[str, Any], status: dict[str, Any], reason: str) -> None:
+        if age < self.settings.ttl:
+            return Result.after((self.settings.ttl - age).total_seconds())
         meta = body["metadata"]
-        merged = {**(body.get("status") or {}), **status, "observedGeneration": meta.get("generation")}
-        await self.kube.apply_status("intents", meta["namespace"], meta["name"], "Intent",
-                                     {k: v for k, v in merged.items() if v is not None}, reason)
+        await self.kube.delete_intent(meta["namespace"], meta["name"], meta["uid"])
+        return Result.done()
 
-    async def _event(self, body: dict[str, Any], reason: str, action: str, note: str, type_: Any = "Normal") -> None:
+    async def _write(self, body: Body, updates: dict[str, Any], reason: str) -> Body:
+        """Apply the Intent's status with these fields changed; the Intent as the API server now has it."""
         meta = body["metadata"]
-        await self.recorder.post(ObjectRef(API_VERSION, "Intent", meta["name"], meta["namespace"], meta.get("uid")),
-                                 reason, action, note, type_)
+        if isinstance(updates.get("message"), str):
+            updates = {**updates, "message": updates["message"][:MESSAGE_LIMIT]}
+        merged = {**_status_of(body).model_dump(by_alias=False), **updates, "observed_generation": meta.get("generation")}
+        status = IntentStatus.model_validate(merged)
+        written = await self.kube.apply_status("intents", meta["namespace"], meta["name"], "Intent",
+                                               status.model_dump(mode="json", by_alias=True, exclude_none=True), reason)
+        self.intents.upsert(written)
+        self._track(key_of(written), written)
+        return written
+
+    def _event(self, body: Body, reason: str, action: str, note: str, type_: Any = "Normal",
+               related: ObjectRef | None = None) -> None:
+        meta = body["metadata"]
+        self.recorder.post(ObjectRef(API_VERSION, "Intent", meta["name"], meta["namespace"], meta.get("uid")),
+                           reason, action, note, type_, related)
 
 
-def _owned_target(device: dict[str, Any], manager: str) -> dict[str, Any]:
-    """Target entries this field manager applied before: a new apply must repeat them, or they are removed."""
-    target = (device.get("spec") or {}).get("target") or {}
-    owned: dict[str, Any] = {}
-    for entry in device["metadata"].get("managedFields") or []:
-        if entry.get("manager") != manager or entry.get("operation") != "Apply":
-            continue
-        fields = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:target") or {}
-        for field in fields:
-            key = field.removeprefix("f:")
-            if field.startswith("f:") and key in target:
-                owned[key] = target[key]
-    return owned
+def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFacts]:
+    meta, spec = body["metadata"], body["spec"]
+    facts = IntentFacts(
+        uid=meta["uid"],
+        name=meta["name"],
+        device=spec["device"],
+        actuator=spec["actuator"],
+        action=spec["action"],
+        value=(spec.get("params") or {}).get("value"),  # none for a read
+        requester=spec["requester"],
+        created_at=_parse_time(meta["creationTimestamp"]),
+        based_on=tuple(Observation(o["metric"], o["ts"], o.get("deviceId")) for o in spec.get("basedOn") or []),
+    )
+    device = DeviceFacts(
+        exists=view is not None and view.exists,
+        device_id=view.device_id if view is not None else None,
+        contract=view.contract if view is not None else None,
+        online=view.online if view is not None else None,
+    )
+    return facts, device
+
+
+def _checked_value(view: DeviceView | None, spec: dict[str, Any]) -> Any:
+    """The Intent's value in its canonical type for the device's contract, or None if it no longer fits."""
+    contract = view.contract if view is not None else None
+    actuator = contract.actuator(spec["actuator"]) if contract is not None else None
+    if actuator is None or actuator.action != spec.get("action"):
+        return None
+    try:
+        return check(actuator, (spec.get("params") or {}).get("value"))
+    except InvalidValue:
+        return None
+
+
+def _status_of(body: Body) -> IntentStatus:
+    try:
+        return IntentStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        return IntentStatus()
+
+
+def _name(body: Body) -> str:
+    return f"{body['metadata']['namespace']}/{body['metadata']['name']}"
 
 
 def _parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)
 
 
-def _key(key: tuple[str, str]) -> str:
-    return f"{key[0]}/{key[1]}"
-
-
-def _unkey(key: str) -> tuple[str, str]:
-    namespace, _, name = key.partition("/")
-    return namespace, name
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

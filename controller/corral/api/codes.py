@@ -1,0 +1,71 @@
+"""Corral's one vocabulary: the API group, Intent phases and every decision code, defined once.
+
+The CRD schemas, the decision pipeline, the controller, the gateway and the CLI all import these names,
+so a code cannot be spelled two ways or exist in one layer and not in another. DESIGN.md lists what each
+code means; codes that later parts of the product produce (interlocks, leases, pausing, contract holds,
+cancellation, the gateway's rate limit) are here already, so the vocabulary does not change under them.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+GROUP: Final = "corral.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+# Field managers of server-side apply: who owns which part of an object. Executed Intents own the target
+# fields they set under a name of their own, so that a person's `kubectl apply --server-side` and an
+# agent's Intent never overwrite each other silently: whoever comes second gets a conflict.
+CONTROLLER_MANAGER: Final = "corral-controller"  # status, registrations, Capabilities
+INTENTS_MANAGER: Final = "corral-intents"  # spec.target fields set by executed Intents
+OVERLAY_MANAGER: Final = "corral-overlay"  # spec.overlay (alias, location, notes) set through the gateway
+
+DecisionCode = Literal[
+    "EXECUTED",
+    "DEDUP",
+    "DENY_ID_CONFLICT",
+    "DENY_UNKNOWN_ACTION",
+    "DENY_ARGUMENTS",
+    "DENY_SCOPE",
+    "DENY_SENSOR",
+    "DENY_INTERLOCK",
+    "DENY_LEASED",
+    "DENY_PAUSED",
+    "DENY_CONTRACT_HOLD",
+    "DENY_APPROVAL",
+    "DENIED_BY_APPROVER",
+    "CANCELLED",
+    "RATE_LIMITED",
+    "DEVICE_GONE",
+    "TIMEOUT",
+    "FAILED",
+]
+DECISION_CODES: Final[tuple[DecisionCode, ...]] = get_args(DecisionCode)
+
+# What a caller is told while there is no final code yet (the gateway's answers, never status.code).
+PendingCode = Literal["AWAITING_APPROVAL", "PENDING"]
+OUTCOME_CODES: Final[tuple[DecisionCode | PendingCode, ...]] = (*DECISION_CODES, *get_args(PendingCode))
+
+Phase = Literal["Pending", "AwaitingApproval", "Executing", "Succeeded", "Denied", "Failed"]
+FinalPhase = Literal["Succeeded", "Denied", "Failed"]
+FINAL_PHASES: Final[frozenset[str]] = frozenset(get_args(FinalPhase))
+
+# Codes that end an Intent after something was (or may have been) tried on the device; every other final
+# code is a refusal before anything ran.
+_PHASE_OF: Final[dict[DecisionCode, FinalPhase]] = {
+    "EXECUTED": "Succeeded",
+    "DEVICE_GONE": "Failed",
+    "TIMEOUT": "Failed",
+    "FAILED": "Failed",
+}
+
+
+def phase_of(code: DecisionCode) -> FinalPhase:
+    """The final phase an Intent ends in with this code."""
+    return _PHASE_OF.get(code, "Denied")
+
+
+def event_reason(code: DecisionCode) -> str:
+    """The CamelCase Event reason for a code: DENY_SCOPE -> DenyScope."""
+    return code.title().replace("_", "")

@@ -1,0 +1,319 @@
+"""Reconciling one device: bind or register its Device, mirror its contract, plan, drive, write status.
+
+`DeviceReconciler.reconcile(device_id)` is called by the work queue, one device at a time, and answers
+with a `Result` (done, or run again after N seconds). It reads what MQTT told the controller (the
+runtime) and the Device object (the cache), plans commands with the pure `devices.plan`, sends them
+through the `Driver`, and writes status only if `status.to_write` says it changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from corral.api.capability import CapabilitySpec
+from corral.api.codes import API_VERSION
+from corral.api.device import DeviceStatus
+from corral.audit.events import EventRecorder, ObjectRef
+from corral.devices.commands import CommandTimeout
+from corral.devices.plan import Command, Plan, plan
+from corral.reconcile.cache import Body, DeviceCache, key_of
+from corral.reconcile.config import ControllerConfig
+from corral.reconcile.driver import Driver, Pin, Superseded
+from corral.reconcile.kube import Kube
+from corral.reconcile.notices import DeviceNotices, as_json
+from corral.reconcile.runtime import DeviceRuntime, Fleet
+from corral.reconcile.status import (
+    Observed,
+    device_status,
+    duplicate_status,
+    parse,
+    remember_write,
+    sensor_readings,
+    sensors_due,
+    serialize,
+    sync_verdict,
+    to_write,
+    waiting_status,
+)
+from corral.reconcile.workqueue import Result
+
+log = logging.getLogger(__name__)
+
+# Retained `info` messages arrive right after subscribing; a Device is judged unheard of only after this.
+RETAINED_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Listening:
+    """The MQTT link as the reconcilers need to know it."""
+
+    connected: Callable[[], bool]
+    up_since: Callable[[], float]
+
+    def still_listening(self) -> bool:
+        """True right after (re)connecting, while retained messages may still tell of devices."""
+        return not self.connected() or time.monotonic() - self.up_since() < RETAINED_GRACE_S
+
+
+class DeviceReconciler:
+    def __init__(self, config: ControllerConfig, kube: Kube, fleet: Fleet, devices: DeviceCache, driver: Driver,
+                 notices: DeviceNotices, recorder: EventRecorder, listening: Listening) -> None:
+        self.config = config
+        self.kube = kube
+        self.fleet = fleet
+        self.devices = devices
+        self.driver = driver
+        self.notices = notices
+        self.recorder = recorder
+        self.listening = listening
+        self._announced_duplicates: set[str] = set()
+
+    async def reconcile(self, device_id: str) -> Result:
+        rt = self.fleet.get(device_id)
+        bound = self.devices.bound(device_id)
+        if not bound:
+            # A refused device is registered too: a person should see that it is there and why it is inert.
+            if rt is not None and rt.announced_contract and self.config.auto_register and not rt.registration_suppressed:
+                if await self._register(rt):
+                    return Result.after(0)  # drive the Device just made
+            return Result.done()
+        body = bound[0]
+        for duplicate in bound[1:]:
+            await self._refuse_duplicate(duplicate, body)
+        if rt is None:
+            if self.listening.still_listening():
+                wait = RETAINED_GRACE_S - (time.monotonic() - self.listening.up_since())
+                return Result.after(wait if self.listening.connected() else RETAINED_GRACE_S)
+            await self._write(None, body, waiting_status(parse(body.get("status")), _generation(body), _now()),
+                              "waiting")
+            return Result.done()
+        if rt.contract is None:
+            if rt.contract_error is not None:
+                self.notices.once(rt, body, "contract-refused", "ContractRefused", "Refuse",
+                                  f"The device's contract was refused: {rt.contract_error}", "Warning")
+            await self._write(rt, body, self._status(rt, body, None), "contract")
+            return Result.done()
+        await self._ensure_capability(rt)
+        if not rt.reported and not rt.state_known:
+            # After a restart, what status recorded is the baseline that changes are audited against.
+            rt.reported = dict((body.get("status") or {}).get("reported") or {})
+        retry = Result.done()
+        if rt.online and not rt.state_known and self.listening.connected():
+            try:
+                state = await self.driver.get_state(device_id)
+            except CommandTimeout:
+                retry = Result.after(self.config.backoff_min_s * 2)  # meanwhile status says what is known
+            else:
+                changed = rt.report(state)
+                self.notices.state_changed(rt, changed, "state read after the device came online", body)
+        return (await self._drive_to_target(rt, body)).sooner(retry)
+
+    async def _drive_to_target(self, rt: DeviceRuntime, body: Body) -> Result:
+        device_id = rt.device_id
+        pins = self.driver.expectations.applied(device_id, _generation(body) or 0)
+        result = self._plan(rt, body, pins)
+        self._announce_plan(rt, body, result)
+        if result.bump_epoch:
+            # The new epoch must be on record before a command carries it (see devices.plan).
+            rt.command_epoch = self._epoch(rt, body) + 1
+            await self._write(rt, body, self._status(rt, body, result), "epoch")
+            return Result.after(0)
+        outcome = Result.done()
+        if result.commands:
+            if not rt.online:
+                pass  # sent when the device is back online (its status message queues it)
+            elif time.monotonic() < rt.next_attempt:
+                outcome = Result.after(rt.next_attempt - time.monotonic())
+            else:
+                outcome = await self._drive(rt, body, result.commands, {p.command_id: p for p in pins})
+                body = self.devices.get(key_of(body)) or body
+                result = self._plan(rt, body, self.driver.expectations.applied(device_id, _generation(body) or 0))
+        await self._write(rt, body, self._status(rt, body, result), "reconcile")
+        return outcome
+
+    def _plan(self, rt: DeviceRuntime, body: Body, pins: list[Pin]) -> Plan:
+        assert rt.contract is not None
+        spec = body.get("spec") or {}
+        generation, uid = _generation(body) or 1, body["metadata"]["uid"]
+        epoch = self._epoch(rt, body)
+        reached = rt.reached_set((uid, generation, epoch))
+        result = plan(rt.contract, spec.get("target") or {}, rt.reported, uid=uid, generation=generation, epoch=epoch,
+                      drift=spec.get("drift", "Enforce"), reached=frozenset(reached), pinned=[p.command for p in pins],
+                      held=self.driver.expectations.held(rt.device_id, generation))
+        for gone in result.superseded:
+            for pin in pins:
+                if pin.command_id == gone.id:
+                    target = (spec.get("target") or {}).get(gone.actuator)
+                    self.driver.expectations.fail(pin, Superseded(
+                        f"spec.target.{gone.actuator} of Device {body['metadata']['name']} changed to "
+                        f"{as_json(target)} before the command for {as_json(gone.value)} went out"))
+        return result
+
+    def _announce_plan(self, rt: DeviceRuntime, body: Body, result: Plan) -> None:
+        generation = _generation(body)
+        for actuator, why in result.invalid.items():
+            self.notices.once(rt, body, f"invalid/{generation}/{actuator}", "TargetInvalid", "Refuse",
+                              f"Not sent to the device: {why}", "Warning")
+        if result.drifted:
+            epoch = self._epoch(rt, body)
+            self.notices.once(
+                rt, body, f"drift/{generation}/{epoch}/{','.join(result.drifted)}", "Drift", "Observe",
+                f"The device left its target for {', '.join(result.drifted)} (reported "
+                f"{as_json({a: rt.reported.get(a) for a in result.drifted})}); "
+                + ("re-driving it." if result.bump_epoch else "drift: Observe, leaving it alone."),
+                "Warning",
+            )
+
+    async def _drive(self, rt: DeviceRuntime, body: Body, commands: list[Command], pins: dict[str, Pin]) -> Result:
+        """Send the commands one by one, each waiting for its ack; stop at the first that fails."""
+        generation, uid = _generation(body) or 1, body["metadata"]["uid"]
+        reached = rt.reached_set((uid, generation, self._epoch(rt, body)))
+        for command in commands:
+            pin = pins.get(command.id)
+            cause = f"intent {pin.intent}" if pin is not None else _cause(body)
+            if pin is None:
+                # A command an Intent asked for is told by the Intent's outcome Event.
+                self.notices.post(body, "CommandSent", "Command",
+                                  f"{command.action} {command.actuator}={as_json(command.value)} (command {command.id}; "
+                                  f"cause: {cause}); before: {as_json(rt.reported)}")
+            try:
+                ack = await self.driver.send(rt.device_id, command, pin.trace if pin is not None else None)
+            except CommandTimeout as err:
+                delay = self._backoff(rt)
+                self.notices.post(body, "CommandTimeout", "Command",
+                                  f"{err}; will resend the same command id in {delay:.0f}s", "Warning")
+                return Result.after(delay)
+            if not ack.ok:
+                delay = self._backoff(rt)
+                self.notices.post(body, "CommandFailed", "Command",
+                                  f"The device refused command {command.id}: {ack.error}", "Warning")
+                if ack.state:
+                    self.notices.state_changed(rt, rt.report(dict(ack.state)), f"command {command.id}", body)
+                return Result.after(delay)
+            rt.failures, rt.next_attempt = 0, 0.0
+            self.notices.state_changed(rt, rt.report(dict(ack.state)), f"command {command.id} ({cause})", body)
+            if ack.clamped is not None:
+                self.notices.post(body, "ValueClamped", "Command",
+                                  f"The device clamped {ack.clamped.actuator}: requested {ack.clamped.requested!r}, "
+                                  f"applied {ack.clamped.applied!r} (command {command.id})", "Warning")
+            reached.add(command.actuator)
+        return Result.done()
+
+    def _backoff(self, rt: DeviceRuntime) -> float:
+        delay = min(self.config.backoff_max_s, self.config.backoff_min_s * 2 ** rt.failures)
+        rt.failures += 1
+        rt.next_attempt = time.monotonic() + delay
+        return delay
+
+    def _epoch(self, rt: DeviceRuntime, body: Body) -> int:
+        """The re-drive epoch in effect: ours if we just raised it, else what status records."""
+        recorded = int((body.get("status") or {}).get("commandEpoch") or 0)
+        rt.command_epoch = max(rt.command_epoch, recorded)
+        return rt.command_epoch
+
+    # ---- status ---------------------------------------------------------------------------------------------
+
+    def _status(self, rt: DeviceRuntime, body: Body, result: Plan | None) -> DeviceStatus:
+        previous = parse(body.get("status"))
+        sensors = {s.metric: s for s in rt.contract.sensors} if rt.contract else {}
+        if sensors_due(rt.memory, rt.buffer.latest, sensors, self.config.coalescing, time.monotonic()):
+            readings = sensor_readings(rt.buffer.latest, sensors)
+        else:
+            readings = dict(previous.sensors) if previous is not None else {}
+        accepted = rt.contract is not None
+        observed = Observed(
+            generation=_generation(body),
+            online=bool(rt.online),
+            capability=rt.capability if accepted else None,
+            contract_error=rt.contract_error,
+            reported=rt.reported,
+            sensors=readings,
+            command_epoch=self._epoch(rt, body),
+            verdict=sync_verdict(result, bool(rt.online), rt.failures) if accepted and result is not None else None,
+        )
+        return device_status(observed, previous, _now())
+
+    async def _write(self, rt: DeviceRuntime | None, body: Body, status: DeviceStatus, reason: str) -> None:
+        body = self.devices.get(key_of(body)) or body
+        previous = parse(body.get("status"))
+        now = time.monotonic()
+        last_seen_due = rt is not None and now - rt.memory.last_seen_written_at >= self.config.last_seen_interval_s
+        decided = to_write(status, previous, rt.last_seen if rt is not None else None, last_seen_due)
+        if decided is None:
+            return
+        status, why = decided
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        log.debug("status write %s/%s (%s)", namespace, name, reason)
+        written = await self.kube.apply_status("devices", namespace, name, "Device", serialize(status),
+                                               "last-seen" if why == "last-seen" else reason)
+        self.devices.upsert(written)  # a status-only change: nothing to reconcile for it
+        if rt is not None:
+            remember_write(rt.memory, status, previous, self.config.coalescing, now)
+
+    # ---- the Kubernetes side --------------------------------------------------------------------------------
+
+    async def _register(self, rt: DeviceRuntime) -> bool:
+        labels = {"corral.dev/registered-by": "controller"}
+        if rt.contract is not None:
+            labels["corral.dev/model"] = _label(rt.contract.model)
+            what = f"{rt.contract.name}, {rt.contract.model} {rt.contract.fw}"
+        else:
+            what = "its contract was refused, so it stays inert"
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "Device",
+            "metadata": {"name": rt.device_id, "labels": labels},
+            "spec": {"deviceId": rt.device_id},
+        }
+        created = await self.kube.create_device(self.config.namespace, body)
+        if created is None:
+            return False
+        self.devices.upsert(created)
+        self.notices.post(created, "Registered", "Register", f"Registered device {rt.device_id} announced over MQTT ({what})")
+        return True
+
+    async def _ensure_capability(self, rt: DeviceRuntime) -> None:
+        if rt.capability_ensured or rt.contract is None or rt.capability is None:
+            return
+        spec = CapabilitySpec.from_contract(rt.contract).model_dump(mode="json", exclude_none=True)
+        body = {"apiVersion": API_VERSION, "kind": "Capability", "metadata": {"name": rt.capability}, "spec": spec}
+        if await self.kube.create_capability(body):
+            self.recorder.post(
+                ObjectRef(API_VERSION, "Capability", rt.capability, None, None), "Created", "Register",
+                f"Contract of {rt.contract.model} {rt.contract.fw} first announced by {rt.device_id}",
+            )
+        rt.capability_ensured = True
+
+    async def _refuse_duplicate(self, body: Body, winner: Body) -> None:
+        owner = f"{winner['metadata']['namespace']}/{winner['metadata']['name']}"
+        message = (f"device {body['spec']['deviceId']} is already bound to Device {owner} (the oldest claim wins); "
+                   "this Device stays inert until that one is deleted or its deviceId changes")
+        await self._write(None, body, duplicate_status(parse(body.get("status")), _generation(body), message, _now()),
+                          "duplicate")
+        key = f"duplicate/{body['metadata'].get('uid')}"
+        if key not in self._announced_duplicates:
+            self._announced_duplicates.add(key)
+            self.notices.post(body, "DuplicateDeviceId", "Refuse", message, "Warning")
+
+
+def _generation(body: Body) -> int | None:
+    generation = body["metadata"].get("generation")
+    return int(generation) if generation is not None else None
+
+
+def _cause(body: Body) -> str:
+    intent = (body["metadata"].get("annotations") or {}).get("corral.dev/intent")
+    return f"intent {intent}" if intent else f"spec change (generation {_generation(body)})"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _label(text: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63].strip("-_.")
+    return cleaned or "unknown"

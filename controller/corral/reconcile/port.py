@@ -1,0 +1,117 @@
+"""The device side as the Intent reconciler sees it: a narrow port, read-only but for three verbs.
+
+The Intent reconciler never touches `DeviceRuntime` fields or the Device cache. It asks for a
+`DeviceView` (an immutable snapshot of one Device and what MQTT told of its device), reads a device's
+state afresh, and executes through `pin` + `apply_target`: the command is pinned first, then the
+target is applied, and the device reconciler does the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from opentelemetry.context import Context
+
+from corral.contract.model import Contract
+from corral.devices.commands import CommandTimeout
+from corral.devices.messages import Sample
+from corral.reconcile.cache import Body, DeviceCache, device_id_of
+from corral.reconcile.device import Listening
+from corral.reconcile.driver import Driver, Pin
+from corral.reconcile.notices import DeviceNotices
+from corral.reconcile.runtime import Fleet
+from corral.reconcile.targets import TargetApplier
+from corral.reconcile.workqueue import WorkQueue
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """One Device and, if it is the one bound to its device id, what the controller knows of the device."""
+
+    body: Body
+    device_id: str | None
+    bound: bool  # this Device is the one that controls its device id (the oldest claim)
+    known: bool  # the device has announced itself since the controller started
+    contract: Contract | None = None
+    online: bool | None = None
+    reported: Mapping[str, Any] = field(default_factory=dict)
+    latest: Mapping[str, Sample] = field(default_factory=dict)
+
+    @property
+    def exists(self) -> bool:
+        return self.bound and self.known
+
+
+class DevicePort(Protocol):
+    def view(self, namespace: str, name: str) -> DeviceView | None: ...
+
+    def still_listening(self) -> bool: ...
+
+    async def read_state(self, device_id: str) -> dict[str, Any]: ...
+
+    def pin(self, device_id: str, actuator: str, value: Any, command_id: str, intent: str,
+            trace: Context | None) -> Pin: ...
+
+    def release(self, pin: Pin) -> None: ...
+
+    async def apply_target(self, pin: Pin, device: Body, intent: str) -> Body: ...
+
+
+class FleetPort:
+    """The DevicePort of the running controller."""
+
+    def __init__(self, fleet: Fleet, devices: DeviceCache, driver: Driver, applier: TargetApplier,
+                 queue: WorkQueue[str], notices: DeviceNotices, listening: Listening) -> None:
+        self.fleet = fleet
+        self.devices = devices
+        self.driver = driver
+        self.applier = applier
+        self.queue = queue
+        self.notices = notices
+        self.listening = listening
+
+    def view(self, namespace: str, name: str) -> DeviceView | None:
+        body = self.devices.get((namespace, name))
+        if body is None:
+            return None
+        device_id = device_id_of(body)
+        bound = bool(device_id) and next(iter(self.devices.bound(device_id or "")), None) is body
+        rt = self.fleet.get(device_id) if bound and device_id else None
+        if rt is None:
+            return DeviceView(body, device_id, bound, known=False)
+        return DeviceView(body, device_id, bound, known=True, contract=rt.contract, online=rt.online,
+                          reported=dict(rt.reported), latest=dict(rt.buffer.latest))
+
+    def still_listening(self) -> bool:
+        return self.listening.still_listening()
+
+    async def read_state(self, device_id: str) -> dict[str, Any]:
+        """The device's full state, asked from the device now (get_state); TimeoutError if it does not answer."""
+        try:
+            state = await self.driver.get_state(device_id)
+        except CommandTimeout as err:
+            raise TimeoutError(str(err)) from None
+        rt = self.fleet.get(device_id)
+        if rt is not None:
+            self.notices.state_changed(rt, rt.report(state), "read by an Intent")
+        return state
+
+    def pin(self, device_id: str, actuator: str, value: Any, command_id: str, intent: str,
+            trace: Context | None) -> Pin:
+        return self.driver.expectations.pin(device_id, actuator, value, command_id, intent, trace)
+
+    def release(self, pin: Pin) -> None:
+        self.driver.expectations.release(pin)
+        self.queue.add(pin.device_id)  # what the pin held back may be driven now
+
+    async def apply_target(self, pin: Pin, device: Body, intent: str) -> Body:
+        """Set the Device's target to the pin's value; the device reconciler then sends the pinned command."""
+        latest = self.devices.get((device["metadata"]["namespace"], device["metadata"]["name"])) or device
+        written = await self.applier.apply(latest, pin.actuator, pin.value, intent)
+        pin.applied_generation = int(written["metadata"]["generation"])
+        # The device reconciler acts on the answer now, not one watch hop later.
+        self.devices.upsert(written)
+        self.queue.add(pin.device_id)
+        return written

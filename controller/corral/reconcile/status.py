@@ -1,0 +1,194 @@
+"""A Device's status: built from what the controller observed, and written only when it changed. Pure.
+
+`device_status()` turns the observed facts into the typed `DeviceStatus`; `waiting_status()` and
+`duplicate_status()` cover a Device whose device has not announced itself and one that lost a duplicate
+claim. `to_write()` compares with what is on record and says whether (and why) to write, applying the
+coalescing rules that keep Kubernetes from becoming a time-series database:
+
+- `lastSeen` rides along with every other write and is refreshed alone at most once per interval;
+- sensor readings are rewritten when `sensors_due()` says so (interval, deadband, minimum gap, burst
+  budget: `devices.telemetry.Coalescing`), otherwise the previous readings stand.
+
+No clock of its own and no I/O: the reconciler passes the time in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from corral.api.device import DeviceStatus, SensorReading
+from corral.contract.model import Sensor
+from corral.devices.messages import Sample
+from corral.devices.plan import Plan
+from corral.devices.telemetry import Coalescing
+from corral.reconcile.conditions import Wanted, merge
+from corral.reconcile.runtime import StatusMemory
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the device is at its target, and why not."""
+
+    in_sync: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a Device's status is built from."""
+
+    generation: int | None
+    online: bool
+    capability: str | None  # the accepted contract's Capability; None when refused
+    contract_error: str | None
+    reported: Mapping[str, Any]
+    sensors: Mapping[str, SensorReading]
+    command_epoch: int
+    verdict: Verdict | None  # None: not planned yet
+
+
+def parse(status: Mapping[str, Any] | None) -> DeviceStatus | None:
+    """The status on record as a model; None when there is none, or when it does not parse (then it is
+    rewritten whole, which is what a status in an unknown shape deserves)."""
+    if not status:
+        return None
+    try:
+        return DeviceStatus.model_validate(status)
+    except ValidationError:
+        return None
+
+
+def serialize(status: DeviceStatus) -> dict[str, Any]:
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def sync_verdict(result: Plan | None, online: bool, failures: int) -> Verdict:
+    if result is None:
+        return Verdict(False, "Unknown", "Not planned yet.")
+    if result.invalid:
+        return Verdict(False, "InvalidTarget", "; ".join(f"{a}: {why}" for a, why in sorted(result.invalid.items())))
+    if result.drifted:
+        return Verdict(False, "Drifted",
+                       f"{', '.join(result.drifted)} changed on the device; drift policy Observe leaves it.")
+    if result.commands:
+        pending = ", ".join(f"{c.actuator}={c.value!r}" for c in result.commands)
+        if not online:
+            return Verdict(False, "DeviceOffline", f"Waiting for the device to come online to apply {pending}.")
+        if failures:
+            return Verdict(False, "Retrying", f"Applying {pending} (attempt {failures + 1}).")
+        return Verdict(False, "Pending", f"Applying {pending}.")
+    return Verdict(True, "InSync", "Reported state matches the target.")
+
+
+def device_status(observed: Observed, previous: DeviceStatus | None, now: datetime) -> DeviceStatus:
+    generation = observed.generation
+    wanted: list[Wanted] = []
+    in_sync = False
+    if observed.capability is None:
+        message = observed.contract_error or "no contract"
+        wanted.append(Wanted("ContractValid", "False", "Refused", message, generation))
+        wanted.append(Wanted("Ready", "False", "ContractInvalid", "The device is inert: " + message, generation))
+    else:
+        verdict = observed.verdict or sync_verdict(None, observed.online, 0)
+        in_sync = verdict.in_sync
+        wanted.append(Wanted("ContractValid", "True", "Accepted", f"Capability {observed.capability}", generation))
+        wanted.append(Wanted("InSync", "True" if in_sync else "False", verdict.reason, verdict.message, generation))
+        if observed.online and in_sync:
+            wanted.append(Wanted("Ready", "True", "Ready", "Online and at its target.", generation))
+        elif observed.online:
+            wanted.append(Wanted("Ready", "False", verdict.reason, verdict.message, generation))
+        else:
+            wanted.append(Wanted("Ready", "False", "Offline", "The device is offline; reported state and sensors "
+                                                                "are its last known values.", generation))
+    return DeviceStatus(
+        online=observed.online,
+        stale=not observed.online,
+        last_seen=previous.last_seen if previous is not None else None,
+        capability=observed.capability,
+        reported=dict(observed.reported),
+        sensors=dict(observed.sensors),
+        in_sync=in_sync,
+        conditions=merge(previous.conditions if previous else [], wanted, now),
+        observed_generation=generation,
+        command_epoch=observed.command_epoch or None,
+    )
+
+
+def waiting_status(previous: DeviceStatus | None, generation: int | None, now: datetime) -> DeviceStatus:
+    """Not heard of since the controller started: keep what is known, marked stale."""
+    wanted = [
+        Wanted("ContractValid", "Unknown", "WaitingForDevice",
+               "No contract yet: the device has not announced itself on MQTT.", generation),
+        Wanted("Ready", "False", "WaitingForDevice", "The device has not announced itself.", generation),
+    ]
+    kept = previous or DeviceStatus()
+    return DeviceStatus(
+        online=False, stale=True, in_sync=False, last_seen=kept.last_seen, capability=kept.capability,
+        reported=kept.reported, sensors=kept.sensors, command_epoch=kept.command_epoch,
+        conditions=merge(kept.conditions, wanted, now), observed_generation=generation,
+    )
+
+
+def duplicate_status(previous: DeviceStatus | None, generation: int | None, message: str, now: datetime
+                     ) -> DeviceStatus:
+    wanted = [
+        Wanted("Bound", "False", "DuplicateDeviceId", message, generation),
+        Wanted("Ready", "False", "DuplicateDeviceId", message, generation),
+    ]
+    return DeviceStatus(conditions=merge(previous.conditions if previous else [], wanted, now),
+                        observed_generation=generation)
+
+
+def to_write(status: DeviceStatus, previous: DeviceStatus | None, last_seen: datetime | None,
+             last_seen_due: bool) -> tuple[DeviceStatus, str] | None:
+    """What to write and why, or None when the record already says it.
+
+    `last_seen` is when the device was last heard; it is written with any other change, and alone only
+    when `last_seen_due` (the refresh interval passed).
+    """
+    if previous is None or status.model_copy(update={"last_seen": None}) != previous.model_copy(
+            update={"last_seen": None}):
+        fresh = _seconds(last_seen) if last_seen is not None else status.last_seen
+        return status.model_copy(update={"last_seen": fresh}), "changed"
+    if last_seen_due and last_seen is not None and _seconds(last_seen) != previous.last_seen:
+        return status.model_copy(update={"last_seen": _seconds(last_seen)}), "last-seen"
+    return None
+
+
+def sensors_due(memory: StatusMemory, latest: Mapping[str, Sample], sensors: Mapping[str, Sensor],
+                rule: Coalescing, now: float) -> bool:
+    """Whether the latest readings deserve a status write now (`now`: a monotonic clock)."""
+    current = {metric: sample.value for metric, sample in latest.items()}
+    return rule.should_write(memory.sensors_written, current, now - memory.sensors_written_at, dict(sensors),
+                             memory.early_writes.available(rule, now))
+
+
+def sensor_readings(latest: Mapping[str, Sample], sensors: Mapping[str, Sensor]) -> dict[str, SensorReading]:
+    return {
+        metric: SensorReading(value=sample.value, unit=sensors[metric].unit if metric in sensors else "",
+                              timestamp=datetime.fromtimestamp(sample.ts / 1000, UTC))
+        for metric, sample in sorted(latest.items())
+    }
+
+
+def remember_write(memory: StatusMemory, written: DeviceStatus, previous: DeviceStatus | None, rule: Coalescing,
+                   now: float) -> None:
+    """After a write: start the coalescing intervals of what it changed."""
+    if previous is None or written.last_seen != previous.last_seen:
+        memory.last_seen_written_at = now
+    before = previous.sensors if previous is not None else {}
+    if written.sensors != before:
+        memory.early_writes.spend(rule, now)
+        memory.sensors_written = {metric: reading.value for metric, reading in written.sensors.items()}
+        memory.sensors_written_at = now
+
+
+def _seconds(moment: datetime) -> datetime:
+    """Kubernetes times have second precision; so does lastSeen, or every message would be a change."""
+    return moment.astimezone(UTC).replace(microsecond=0)
