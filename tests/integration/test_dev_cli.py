@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from corral.devcluster.files import DEV_USER_CONTEXT
+from corral.devcluster.plane import DevPlane
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +89,33 @@ def test_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_plane_started_with_another_configuration_is_not_reused_but_restarted(tmp_path: Path) -> None:
+    """As if an older checkout had started it: `running()` refuses it (a test must not pass against it) and
+    `corral dev up` says so and restarts what changed; a plane `up` started itself is reused as before."""
+    first = corral(tmp_path, "dev", "up")
+    assert first.returncode == 0, first.stderr
+    state_dir = tmp_path / ".corral" / "dev"
+    try:
+        state_file = state_dir / "plane.json"
+        state = json.loads(state_file.read_text())
+        old_broker = state["mosquitto"]["process"]["pid"]
+        old_api = state["kube-apiserver"]["process"]["pid"]
+        state["mosquitto"]["config"] = "0" * 64  # the broker was started with other settings
+        state_file.write_text(json.dumps(state))
+        said: list[str] = []
+        assert DevPlane(state_dir, progress=said.append).running() is None
+        assert any("mosquitto with another configuration" in line for line in said), said
+
+        again = corral(tmp_path, "dev", "up")
+        assert again.returncode == 0, again.stderr
+        assert "mosquitto: running" in again.stderr and "another configuration" in again.stderr
+        assert "kube-apiserver: already running" in again.stderr
+        state = json.loads(state_file.read_text())
+        assert state["mosquitto"]["process"]["pid"] != old_broker and old_broker not in processes_mentioning(
+            str(state_dir))
+        assert state["kube-apiserver"]["process"]["pid"] == old_api
+        assert DevPlane(state_dir).running() is not None
+    finally:
+        corral(tmp_path, "dev", "down", "--purge")

@@ -77,6 +77,15 @@ def cache_root() -> Path:
     return Path(os.environ.get("CORRAL_CACHE_DIR") or platformdirs.user_cache_dir("corral"))
 
 
+def expected_binary() -> Path:
+    """Where the binary for the current sources is (or will be once built); builds nothing."""
+    prebuilt = os.environ.get("CORRAL_KUBE_BINARY")
+    if prebuilt:
+        return Path(prebuilt)
+    src = source_dir()
+    return cache_root() / "kube" / f"{kube_version(src)}-{source_hash(src)}" / BINARY_NAME
+
+
 def ensure_binary(progress: Progress = print) -> KubeBinary:
     """Return the cached binary for the current sources, building it first if needed."""
     prebuilt = os.environ.get("CORRAL_KUBE_BINARY")
@@ -85,8 +94,8 @@ def ensure_binary(progress: Progress = print) -> KubeBinary:
 
     src = source_dir()
     version = kube_version(src)
-    target_dir = cache_root() / "kube" / f"{version}-{source_hash(src)}"
-    binary = target_dir / BINARY_NAME
+    binary = expected_binary()
+    target_dir = binary.parent
     if binary.exists():
         return _link_kubectl(binary, version, target_dir)
 

@@ -5,10 +5,17 @@ temporary one for a test session): certificates, etcd data, tokens, logs, the
 kubeconfig, the env file and `plane.json`, which records the processes we
 started. `up` is idempotent: what runs and is ours is reused, what is missing
 is started. `down` stops only processes recorded as ours.
+
+Each component is recorded with a hash of the configuration it was started
+with (its command line, the binary, the files it reads). A running component
+whose configuration differs from what this checkout would start (an older
+checkout started it, or its settings changed) is restarted by `up`, and is
+not reused by `running()`: a test must never pass against a stale plane.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -23,7 +30,7 @@ from pathlib import Path
 
 from corral.devcluster import files
 from corral.devcluster.errors import DevClusterError
-from corral.devcluster.kubebinary import KubeBinary, ensure_binary
+from corral.devcluster.kubebinary import KubeBinary, ensure_binary, expected_binary
 from corral.devcluster.processes import (
     ProcessRecord,
     accepts_connections,
@@ -40,6 +47,7 @@ APISERVER = "kube-apiserver"
 BROKER = "mosquitto"
 READY_TIMEOUT_S = 180.0
 DEFAULT_STATE_DIR = Path(".corral") / "dev"
+_PORT = 0  # stands for the port in configuration hashes: a component moved to a free port is not stale
 
 
 @dataclass(frozen=True)
@@ -113,27 +121,15 @@ class DevPlane:
         tokens.setdefault("user", secrets.token_urlsafe(32))
         _write_private(self.state_dir / "tokens.csv", files.token_auth_csv(tokens["admin"], tokens["user"]))
 
-        api_port = self._ensure_running(
-            state,
-            APISERVER,
-            lambda port: [
-                str(binary.path),
-                "serve",
-                f"--state-dir={self._kube_dir}",
-                f"--port={port}",
-                "--",
-                "--authorization-mode=RBAC",
-                f"--token-auth-file={self.state_dir / 'tokens.csv'}",
-                "--profiling=false",
-            ],
-        )
+        api_port = self._ensure_running(state, APISERVER, lambda port: self._apiserver_argv(binary.path, port),
+                                        self._apiserver_config(binary.path))
         broker_conf = self.state_dir / "mosquitto.conf"
 
         def broker_argv(port: int) -> list[str]:
             broker_conf.write_text(files.mosquitto_conf(port))
             return [mosquitto, "-c", str(broker_conf)]
 
-        mqtt_port = self._ensure_running(state, BROKER, broker_argv)
+        mqtt_port = self._ensure_running(state, BROKER, broker_argv, self._broker_config(mosquitto))
         state["version"] = binary.version
         self._save_state(state)
 
@@ -146,6 +142,36 @@ class DevPlane:
         self.env_path.write_text(files.env_file(self.kubeconfig_path, plane.mqtt_url, binary.kubectl.parent))
         return plane
 
+    # What each component is started with; a change of any of it restarts the component.
+
+    def _apiserver_argv(self, binary: Path, port: int) -> list[str]:
+        return [
+            str(binary),
+            "serve",
+            f"--state-dir={self._kube_dir}",
+            f"--port={port}",
+            "--",
+            "--authorization-mode=RBAC",
+            f"--token-auth-file={self.state_dir / 'tokens.csv'}",
+            "--profiling=false",
+        ]
+
+    def _apiserver_config(self, binary: Path) -> str:
+        return _config_hash(self._apiserver_argv(binary, _PORT), [])
+
+    def _broker_config(self, mosquitto: str) -> str:
+        return _config_hash([mosquitto, files.mosquitto_conf(_PORT)], [])
+
+    def stale(self) -> list[str]:
+        """Components running with another configuration than this checkout would start them with."""
+        state = self._load_state()
+        wanted = {APISERVER: self._apiserver_config(expected_binary())}
+        try:
+            wanted[BROKER] = self._broker_config(find_mosquitto())
+        except DevClusterError:
+            pass
+        return [name for name, config in wanted.items() if state.get(name, {}).get("config") != config]
+
     def running(self) -> Plane | None:
         """The plane in this state directory if both processes are ours and the API answers."""
         state = self._load_state()
@@ -153,6 +179,11 @@ class DevPlane:
         if not all(r is not None and is_ours(r) for r in records.values()):
             return None
         if not self.kubeconfig_path.exists():
+            return None
+        stale = self.stale()
+        if stale:
+            self.progress(f"the plane in {self.state_dir} runs {', '.join(stale)} with another configuration than this "
+                          "checkout's (`corral dev up` restarts it); not using it")
             return None
         binary_path = Path(records[APISERVER].argv[0])  # type: ignore[union-attr]
         kubectl = binary_path.parent / "kubectl"
@@ -208,12 +239,16 @@ class DevPlane:
 
     # Internals ---------------------------------------------------------------------------
 
-    def _ensure_running(self, state: dict, name: str, argv_for: Callable[[int], list[str]]) -> int:
+    def _ensure_running(self, state: dict, name: str, argv_for: Callable[[int], list[str]], config: str) -> int:
         entry = state.setdefault(name, {})
         record = self._record(state, name)
         if record is not None and is_ours(record):
-            self.progress(f"{name}: already running (pid {record.pid}), reusing it")
-            return int(entry["port"])
+            if entry.get("config") == config:
+                self.progress(f"{name}: already running (pid {record.pid}), reusing it")
+                return int(entry["port"])
+            self.progress(f"{name}: running (pid {record.pid}) with another configuration than this checkout's "
+                          "(started by an older checkout, or its settings changed); restarting it")
+            stop(record)
         port = entry.get("port")
         if not isinstance(port, int) or not port_is_free(port):
             port = free_port()
@@ -221,6 +256,8 @@ class DevPlane:
         record = start_detached(argv, self._log(name))
         entry["port"] = port
         entry["process"] = record.to_json()
+        entry["config"] = config
+        self._save_state(state)  # recorded at once: whatever happens next, `down` can still find it
         self.progress(f"{name}: started (pid {record.pid}, port {port}, log {self._log(name)})")
         return port
 
@@ -318,6 +355,14 @@ def find_mosquitto() -> str:
             "or point CORRAL_MOSQUITTO at its binary"
         )
     return candidate
+
+
+def _config_hash(argv: list[str], files_read: list[Path]) -> str:
+    """A hash of a command line and the contents of the files it reads (certificates, once there are any)."""
+    digest = hashlib.sha256(json.dumps(argv).encode())
+    for path in files_read:
+        digest.update(path.read_bytes() if path.exists() else b"(missing)")
+    return digest.hexdigest()
 
 
 def _get(server: str, ca_file: Path, token: str, path: str) -> str | None:
