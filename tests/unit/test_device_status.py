@@ -41,7 +41,7 @@ LIGHT = Contract.model_validate({
 def observed(**changes: object) -> Observed:
     base = dict(generation=3, online=True, capability="corral-light-abc", contract_error=None,
                 reported={"power": True}, sensors={}, command_epoch=0, verdict=Verdict(True, "InSync", "ok"))
-    return Observed(**{**base, **changes})  # type: ignore[arg-type]
+    return Observed(**{**base, **changes})
 
 
 def conditions(status: DeviceStatus) -> dict[str, tuple[str, str]]:

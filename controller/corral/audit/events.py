@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import kubernetes
+from corral.client.asyncapi import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +123,11 @@ class EventRecorder:
             body = await self._queue.get()
             try:
                 await self._send(body["metadata"]["namespace"], body)
-            except kubernetes.client.ApiException as err:
+            except ApiError as err:
                 # An Event that cannot be posted must not stop the work it describes.
                 log.warning("could not post Event %s on %s/%s: %s", body["reason"], body["regarding"]["kind"],
-                            body["regarding"]["name"], err.reason)
-            except Exception:  # noqa: BLE001 - keep the worker alive for the next Event
+                            body["regarding"]["name"], err)
+            except Exception:
                 log.exception("could not post Event %s", body["reason"])
             finally:
                 self._queue.task_done()

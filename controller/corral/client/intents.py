@@ -18,7 +18,9 @@ from typing import Any, Literal
 import kubernetes
 
 from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, VERSION
+from corral.client.asyncapi import ApiError, AsyncApi, path_of
 from corral.decide.idempotency import compare
+
 
 @dataclass(frozen=True)
 class Submitted:
@@ -35,15 +37,36 @@ def whoami(api_client: kubernetes.client.ApiClient) -> str:
 def submit(api_client: kubernetes.client.ApiClient, namespace: str, name: str, spec: dict[str, Any],
            annotations: dict[str, str] | None = None) -> Submitted:
     objects = kubernetes.client.CustomObjectsApi(api_client)
-    metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
-    body = {"apiVersion": API_VERSION, "kind": "Intent", "metadata": metadata, "spec": spec}
     try:
-        created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "intents", body)
+        created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "intents",
+                                                          _intent(name, spec, annotations))
         return Submitted("CREATED", created, f"Intent {name} created.")
     except kubernetes.client.ApiException as err:
         if err.status != 409:
             raise
-    existing = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", name)
+    return _same_name(objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", name), spec)
+
+
+async def submit_async(api: AsyncApi, namespace: str, name: str, spec: dict[str, Any],
+                       annotations: dict[str, str] | None = None) -> Submitted:
+    """`submit()` on the event loop (the gateway's path)."""
+    collection = path_of(GROUP, VERSION, "intents", namespace)
+    try:
+        created = await api.request("POST", collection, body=_intent(name, spec, annotations))
+        return Submitted("CREATED", created, f"Intent {name} created.")
+    except ApiError as err:
+        if err.status != 409:
+            raise
+    return _same_name(await api.request("GET", f"{collection}/{name}"), spec)
+
+
+def _intent(name: str, spec: dict[str, Any], annotations: dict[str, str] | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+    return {"apiVersion": API_VERSION, "kind": "Intent", "metadata": metadata, "spec": spec}
+
+
+def _same_name(existing: dict[str, Any], spec: dict[str, Any]) -> Submitted:
+    name = existing["metadata"]["name"]
     if compare(existing["spec"], spec) == "DEDUP":
         return Submitted("DEDUP", existing, f"Intent {name} exists with the same request; returning its outcome.")
     return Submitted(

@@ -49,10 +49,11 @@ class Plan:
     drifted: list[str] = field(default_factory=list)  # actuators changed on the device after they were driven
     bump_epoch: bool = False  # Enforce: write epoch + 1 to status, then plan again
     superseded: list[PinnedCommand] = field(default_factory=list)  # pins the target no longer asks for
+    held: list[str] = field(default_factory=list)  # actuators left alone until an Intent's pin counts
 
     @property
     def in_sync(self) -> bool:
-        return not self.commands and not self.invalid and not self.drifted and not self.bump_epoch
+        return not self.commands and not self.invalid and not self.drifted and not self.bump_epoch and not self.held
 
 
 def command_id(uid: str, generation: int, epoch: int, actuator: str) -> str:
@@ -83,11 +84,13 @@ def plan(
     invalid: dict[str, str] = {}
     drifted: list[str] = []
     superseded: list[PinnedCommand] = []
+    held_back: list[str] = []
     pins: dict[str, list[PinnedCommand]] = {}
     for pin in pinned:
         pins.setdefault(pin.actuator, []).append(pin)
     for actuator_id, wanted in sorted(target.items()):
         if actuator_id in held and actuator_id not in pins:
+            held_back.append(actuator_id)
             continue
         actuator = contract.actuator(actuator_id)
         if actuator is None:
@@ -116,8 +119,8 @@ def plan(
     bump = drift == "Enforce" and bool(drifted)
     if bump:
         # Nothing is sent until the new epoch is on record; then the caller plans again.
-        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded)
-    return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded)
+        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded, held=held_back)
+    return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded, held=held_back)
 
 
 

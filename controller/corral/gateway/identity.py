@@ -14,11 +14,13 @@ import copy
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import kubernetes
 from mcp.server.auth.provider import AccessToken
 
+from corral.client.asyncapi import AsyncApi
 from corral.gateway.blocking import blocking
 from corral.gateway.following import IntentFollower
 
@@ -54,9 +56,10 @@ class Caller:
             client.set_default_header(header, value)
         return client
 
-    def new_follower(self) -> IntentFollower:
-        """Asynchronous reads and watches of Intents, as this caller."""
-        return IntentFollower(self.configuration(), self.headers())
+    def new_follower(self, may_watch: Callable[[str], bool]) -> IntentFollower:
+        """Asynchronous calls and watches of Intents, as this caller; `may_watch(namespace)` says whether it
+        may list and watch Intents there."""
+        return IntentFollower(AsyncApi(self.configuration(), self.headers()), may_watch)
 
 
 def kubeconfig_configuration(kubeconfig: str | None, context: str | None) -> kubernetes.client.Configuration:

@@ -20,7 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated, ServerEvent, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +61,19 @@ class Audience:
 
     @property
     def listeners(self) -> int:
-        return len(self._sessions) + len(self.bus._listeners)  # noqa: SLF001 - the SDK bus keeps no public count
+        return len(self._sessions) + len(self.bus._listeners)
 
     def join(self, session: ServerSession) -> None:
         """Remember a handshake-era session so it hears of tool list changes."""
-        self._sessions.setdefault(id(session._connection), (session, set()))  # noqa: SLF001 - one entry per connection
+        self._sessions.setdefault(id(session._connection), (session, set()))
 
     def subscribe(self, session: ServerSession, uri: str) -> None:
         self.join(session)
-        self._sessions[id(session._connection)][1].add(uri)  # noqa: SLF001
+        self._sessions[id(session._connection)][1].add(uri)
         self._spawn(self._send_legacy(session, uri))  # the snapshot notice, after the subscribe response
 
     def unsubscribe(self, session: ServerSession, uri: str) -> None:
-        entry = self._sessions.get(id(session._connection))  # noqa: SLF001
+        entry = self._sessions.get(id(session._connection))
         if entry:
             entry[1].discard(uri)
 
@@ -81,7 +87,7 @@ class Audience:
 
     def _heard(self, key: str) -> bool:
         """Whether anyone listens for this key: a bus stream, or a session (subscribed to it, for a URI)."""
-        if self.bus._listeners:  # noqa: SLF001 - the SDK bus keeps no public count
+        if self.bus._listeners:
             return True
         return any(key == TOOLS or key in uris for _, uris in self._sessions.values())
 
@@ -114,7 +120,7 @@ class Audience:
                 await session.send_resource_updated(uri)
         except Exception as err:  # noqa: BLE001 - a closed session: forget it
             log.debug("dropping an MCP session that cannot be notified: %s", err)
-            self._sessions.pop(id(session._connection), None)  # noqa: SLF001
+            self._sessions.pop(id(session._connection), None)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -20,14 +20,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
-from corral.gateway.server import Gateway, RateLimit
-from corral.gateway.view import Views
+from corral.gateway.server import Gateway, RateLimit, instructions
+from corral.gateway.view import Views, nothing_visible_note
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,12 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
                       rate_limit: RateLimit | None = None, **view_options: Any) -> None:
     caller = Caller("kubeconfig", config)
     views = Views(namespaces, **view_options)
-    gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit)
+    # The caller is known before any client connects: an empty view is said at once (Views logs it on stderr;
+    # stdout carries the protocol) and in the server's instructions, instead of an empty tool list.
+    view = await views.of(caller)
+    empty = None if view.visible() else nothing_visible_note(view.username, namespaces)
+    gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit,
+                      instructions=instructions(namespaces, empty))
     try:
         async with stdio_server() as (read, write):
             await gateway.server.run(read, write, gateway.server.create_initialization_options())
@@ -58,7 +64,7 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         token = user.access_token.token
         return Caller(token_key(token), base, token)
 
-    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit)
+    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces))
     public = urlsplit(public_url)
     hosts = sorted({public.netloc, "127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts})
     origins = sorted({f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")})
@@ -66,7 +72,8 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         streamable_http_path=public.path or "/mcp",
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins),
-        auth=AuthSettings(issuer_url=issuer_url, resource_server_url=public_url, validate_token_resource=False),
+        auth=AuthSettings(issuer_url=AnyHttpUrl(issuer_url), resource_server_url=AnyHttpUrl(public_url),
+                          validate_token_resource=False),
         token_verifier=KubeTokenVerifier(config),
         custom_starlette_routes=[Route("/healthz", lambda request: PlainTextResponse("ok"))],
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +25,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from corral import __version__
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import FINAL_PHASES, GROUP, OVERLAY_MANAGER, VERSION
+from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
-from corral.api.codes import FINAL_PHASES, OVERLAY_MANAGER
-from corral.client.intents import submit
+from corral.client.intents import submit_async
 from corral.gateway.blocking import blocking
-from corral.gateway.following import ApiError, Forbidden
 from corral.gateway.identity import Caller
 from corral.gateway.toolset import MAX_WAIT_S, OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
 from corral.gateway.view import CallerView, Views
@@ -84,15 +84,22 @@ class RateLimit:
         return (1 - tokens) / rate
 
 
+def instructions(namespaces: list[str], nothing_visible: str | None = None) -> str:
+    """What the server tells every client when it connects: how to begin, where it looks, and (stdio) a warning
+    when the caller can see nothing at all."""
+    text = f"{INSTRUCTIONS} Devices are served from namespace(s) {', '.join(namespaces)} (corral mcp -n NAMESPACE)."
+    return f"{text} {nothing_visible}" if nothing_visible else text
+
+
 class Gateway:
     def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0,
-                 rate_limit: RateLimit | None = None) -> None:
+                 rate_limit: RateLimit | None = None, instructions: str = INSTRUCTIONS) -> None:
         self.views = views
         self.caller_of = caller_of
         self.wait_s = wait_s
         self.rate_limit = rate_limit or RateLimit(0, 1)
         self.server = GatewayServer(
-            "corral", version=__version__, title="Corral", instructions=INSTRUCTIONS,
+            "corral", version=__version__, title="Corral", instructions=instructions,
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
             on_list_resources=self.list_resources, on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource, on_subscribe_resource=self.subscribe,
@@ -138,7 +145,7 @@ class Gateway:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         result = await self._call(view, name, dict(params.arguments or {}))
         code = (result.structured_content or {}).get("code") if isinstance(result.structured_content, dict) else None
-        text = result.content[0].text if result.is_error and result.content else ""  # type: ignore[union-attr]
+        text = result.content[0].text if result.is_error and result.content else ""  # type: ignore[union-attr]  # _error() makes text content
         outcome = ("rate_limited" if text.startswith("RATE_LIMITED") else "error") if result.is_error else (code or "ok")
         metrics.TOOL_CALLS.labels(tool=name if fixed else "device_tool", outcome=outcome).inc()
         return result
@@ -162,6 +169,8 @@ class Gateway:
             return _error(str(err))
         except kubernetes.client.ApiException as err:
             return _error(f"The Kubernetes API refused: {err.status} {err.reason}: {api_message(err)}")
+        except ApiError as err:
+            return _error(f"The Kubernetes API refused: {err.status} {err.reason}: {err.message}")
 
     def _query(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
         if args.get("device_id") in (None, ""):
@@ -187,12 +196,14 @@ class Gateway:
 
     async def _submit_and_settle(self, view: CallerView, namespace: str, request_id: str, spec: dict[str, Any]
                                  ) -> dict[str, Any]:
-        submitted = await blocking(_submit, view.client, namespace, request_id, spec, tracing.annotations())
+        created_at = time.monotonic()
+        submitted = await submit_async(view.follower.api, namespace, request_id, spec, tracing.intent_annotations())
         if submitted.code == "DENY_ID_CONFLICT":
             return _outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message)
         # Followed with an asynchronous watch: the answer comes the moment the controller writes it, and a
         # caller waiting holds no thread.
-        intent = await view.follower.until(namespace, request_id, _settled, self.wait_s)
+        intent = await view.follower.until(namespace, request_id, _settled, self.wait_s,
+                                           created_at if submitted.code == "CREATED" else None)
         outcome = _outcome(intent, request_id)
         if submitted.code == "DEDUP":
             outcome = {**outcome, "code": "DEDUP", "message": f"Same request as before ({outcome['code']}): "
@@ -214,8 +225,8 @@ class Gateway:
                     intent = await view.follower.until(ns, request_id, _final, float(wait_s))
                 else:
                     intent = await view.follower.get(ns, request_id)
-            except (Forbidden, ApiError) as err:
-                if isinstance(err, Forbidden) or err.status == 404:
+            except ApiError as err:
+                if err.status in (403, 404):
                     continue
                 raise
             return _ok(_outcome(intent, request_id))
@@ -384,11 +395,7 @@ def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, m
 
 
 # The helpers below block on the network: the handlers call them in threads, with the caller's client.
-Client = kubernetes.client.ApiClient
-
-
-def _submit(client: Client, namespace: str, name: str, spec: dict[str, Any], annotations: dict[str, str]) -> Any:
-    return submit(client, namespace, name, spec, annotations)
+Client = Any  # kubernetes.client.ApiClient, which mypy sees as untyped
 
 
 def _settled(intent: dict[str, Any]) -> bool:

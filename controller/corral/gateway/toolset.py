@@ -61,7 +61,7 @@ _WAIT_S = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
            "description": f"Seconds to wait for a final code (at most {MAX_WAIT_S}); 0 or omitted answers at once."}
 _REASON = {"type": "string", "minLength": 1, "maxLength": 512, "description": "Why, in one sentence (audited)."}
 
-_DEVICE_SUMMARY = {
+_DEVICE_SUMMARY: dict[str, Any] = {
     "type": "object",
     "properties": {
         "device_id": {"type": "string", "description": "namespace/name"},

@@ -23,8 +23,8 @@ from pydantic import ValidationError
 
 from corral.api.codes import GROUP, VERSION
 from corral.contract.model import Contract
-from corral.gateway.blocking import blocking
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
+from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
 from corral.gateway.notify import TOOLS, Audience
 from corral.gateway.toolset import Grants, device_tools, fixed_tools
@@ -49,7 +49,8 @@ class CallerView:
         self.caller = caller
         # One client per caller, kept: its connection pool spares every tool call a TLS handshake.
         self.client = caller.new_client()
-        self.follower = caller.new_follower()
+        self.follower = caller.new_follower(
+            lambda ns: self.access.may(ns, "list", "intents") and self.access.may(ns, "watch", "intents"))
         self.namespaces = namespaces
         self.capabilities = capabilities
         self.access_refresh_s = access_refresh_s
@@ -370,6 +371,13 @@ def _overlay(body: dict[str, Any] | None) -> Any:
     return ((body or {}).get("spec") or {}).get("overlay")
 
 
+def nothing_visible_note(username: str | None, namespaces: list[str]) -> str:
+    who = username or "this caller"
+    return (f"Note: {who} sees no devices in namespace(s) {', '.join(namespaces)}. Either none are there, or its "
+            "Kubernetes rights do not cover them (it needs get/list and the 'read' verb on devices). Start the "
+            "gateway with -n for the namespace where the devices are.")
+
+
 class Views:
     """The views of all callers, by identity; an idle view without listeners is stopped after `idle_s`."""
 
@@ -397,6 +405,8 @@ class Views:
         view = CallerView(caller, self.namespaces, self.capabilities, **self.view_options)
         try:
             await view.start()
+            if not view.visible():
+                log.warning("%s", nothing_visible_note(view.username, self.namespaces))
             self._views[caller.key] = view
             return view
         finally:

@@ -51,7 +51,7 @@ def context_from(headers: Mapping[str, Any] | None) -> Context | None:
     return propagate.extract({k: str(v) for k, v in headers.items()})
 
 
-def annotations() -> dict[str, str]:
+def intent_annotations() -> dict[str, str]:
     """Annotations that carry the current context on an object (for the Kubernetes hop)."""
     traceparent = carrier().get("traceparent")
     return {TRACEPARENT_ANNOTATION: traceparent} if traceparent else {}

@@ -56,7 +56,8 @@ class Change:
 
 
 def _generation(body: Body) -> int | None:
-    return body["metadata"].get("generation")
+    generation = body["metadata"].get("generation")
+    return int(generation) if generation is not None else None
 
 
 class ObjectCache:

@@ -77,9 +77,9 @@ class DeviceReconciler:
         bound = self.devices.bound(device_id)
         if not bound:
             # A refused device is registered too: a person should see that it is there and why it is inert.
-            if rt is not None and rt.announced_contract and self.config.auto_register and not rt.registration_suppressed:
-                if await self._register(rt):
-                    return Result.after(0)  # drive the Device just made
+            registrable = rt is not None and rt.announced_contract and self.config.auto_register
+            if registrable and rt is not None and not rt.registration_suppressed and await self._register(rt):
+                return Result.after(0)  # drive the Device just made
             return Result.done()
         body = bound[0]
         for duplicate in bound[1:]:
@@ -116,6 +116,10 @@ class DeviceReconciler:
         device_id = rt.device_id
         pins = self.driver.expectations.applied(device_id, _generation(body) or 0)
         result = self._plan(rt, body, pins)
+        if result.held:
+            # An Intent's target is on the way; its apply queues this device again. Until then the status
+            # would tell a moment that never was (the target changed, the command not yet planned).
+            return Result.done()
         self._announce_plan(rt, body, result)
         if result.bump_epoch:
             # The new epoch must be on record before a command carries it (see devices.plan).
@@ -195,7 +199,9 @@ class DeviceReconciler:
                     self.notices.state_changed(rt, rt.report(dict(ack.state)), f"command {command.id}", body)
                 return Result.after(delay)
             rt.failures, rt.next_attempt = 0, 0.0
-            self.notices.state_changed(rt, rt.report(dict(ack.state)), f"command {command.id} ({cause})", body)
+            changed = rt.report(dict(ack.state))
+            if pin is None:  # an Intent's outcome Event tells what its command changed
+                self.notices.state_changed(rt, changed, f"command {command.id} ({cause})", body)
             if ack.clamped is not None:
                 self.notices.post(body, "ValueClamped", "Command",
                                   f"The device clamped {ack.clamped.actuator}: requested {ack.clamped.requested!r}, "
@@ -204,7 +210,7 @@ class DeviceReconciler:
         return Result.done()
 
     def _backoff(self, rt: DeviceRuntime) -> float:
-        delay = min(self.config.backoff_max_s, self.config.backoff_min_s * 2 ** rt.failures)
+        delay = min(self.config.backoff_max_s, self.config.backoff_min_s * 2.0 ** rt.failures)
         rt.failures += 1
         rt.next_attempt = time.monotonic() + delay
         return delay

@@ -107,6 +107,12 @@ class Expectations:
         elif not pin.future.cancelled():
             pin.future.exception()  # retrieved: nobody is left to read it
 
+    def release_command(self, device_id: str, command_id: str) -> None:
+        """Release the pin of this command, if one is held (an Intent that ended before it pinned again)."""
+        for pin in list(self._pins.get(device_id, [])):
+            if pin.command_id == command_id:
+                self.release(pin)
+
     def __len__(self) -> int:
         return sum(len(pins) for pins in self._pins.values())
 

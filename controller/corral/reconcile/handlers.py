@@ -18,6 +18,7 @@ import kubernetes
 
 from corral.api.codes import GROUP, VERSION
 from corral.audit.events import EventRecorder
+from corral.client.asyncapi import ApiError
 from corral.contract.signature import load_public_key
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.controller import Controller
@@ -27,10 +28,24 @@ from corral.reconcile.kube import Kube
 log = logging.getLogger(__name__)
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Only watching handlers are registered, and they need no diff base; kopf would otherwise deep-copy
+    every object of every event to build one (a third of the controller's CPU under load)."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def build_registry(config: ControllerConfig, intent_settings: IntentSettings | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     state: dict[str, Any] = {}
-    kube = Kube(kubernetes.client.ApiClient())
+    kube = Kube(kubernetes.client.Configuration.get_default_copy())
 
     @kopf.on.login(registry=registry)
     def login(settings: kopf.OperatorSettings, logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -45,15 +60,16 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         settings.scanning.disabled = True
         settings.posting.enabled = False  # our Events are posted by audit.events, with richer references
         settings.watching.server_timeout = 300
-        keys = {}
+        settings.persistence.diffbase_storage = NoDiffBase()
+        keys: dict[str, Any] = {}
         if config.signing_keys_secret:
-            namespace, _, name = config.signing_keys_secret.partition("/")
+            namespace, _slash, name = config.signing_keys_secret.partition("/")
             try:
                 raw = await kube.read_secret_data(namespace, name)
                 keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
-            except kubernetes.client.ApiException as err:
+            except ApiError as err:
                 raise kopf.PermanentError(
-                    f"cannot read the signing keys Secret {config.signing_keys_secret}: {err.status} {err.reason}"
+                    f"cannot read the signing keys Secret {config.signing_keys_secret}: {err.status} {err.message}"
                 ) from None
             except ValueError as err:
                 raise kopf.PermanentError(f"Secret {config.signing_keys_secret}: {err}") from None
@@ -74,7 +90,7 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         recorder = state.pop("recorder", None)
         if recorder is not None:
             await recorder.close()
-        kube.close()
+        await kube.close()
 
     # kopf reports the objects found by its initial listing with event type None.
     @kopf.on.event(GROUP, VERSION, "devices", registry=registry)

@@ -17,17 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import kubernetes
 from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
 from corral.api.codes import API_VERSION, FINAL_PHASES, DecisionCode, event_reason, phase_of
 from corral.api.intent import IntentStatus
 from corral.audit.events import EventRecorder, ObjectRef
+from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check
 from corral.decide.approvals import ApprovalView
 from corral.decide.decision import Decision, DeviceFacts, IntentFacts, Observation, Policy, decide, recheck
@@ -36,7 +36,7 @@ from corral.obs import metrics, tracing
 from corral.reconcile.access import AccessReviews
 from corral.reconcile.cache import Body, Key, ObjectCache, key_of
 from corral.reconcile.driver import DeviceRefused, Superseded
-from corral.reconcile.kube import FieldConflict, Kube, StaleVersion
+from corral.reconcile.kube import FieldConflict, Kube
 from corral.reconcile.notices import device_ref
 from corral.reconcile.port import DevicePort, DeviceView
 from corral.reconcile.workqueue import Result, WorkQueue
@@ -48,7 +48,7 @@ MESSAGE_LIMIT = 1024
 
 @dataclass(frozen=True)
 class IntentSettings:
-    policy: Policy = Policy()
+    policy: Policy = field(default_factory=Policy)
     execution_timeout_s: float = 10.0
     ttl: timedelta = timedelta(hours=24)
     decision_workers: int = 8
@@ -90,6 +90,10 @@ class IntentReconciler:
         if event_type == "DELETED":
             self.intents.remove(body)
             self._track(key_of(body), None)
+            command_id = (body.get("status") or {}).get("commandId")
+            view = self.devices.view(body["metadata"]["namespace"], body["spec"]["device"])
+            if command_id and view is not None and view.device_id:
+                self.devices.release_command(view.device_id, command_id)  # a primed pin nobody will resume
             return
         if self.intents.upsert(body) is not None:
             self._track(key_of(body), body)
@@ -273,6 +277,8 @@ class IntentReconciler:
         view = self.devices.view(namespace, spec["device"])
         value = _checked_value(view, spec)
         if view is None or not view.exists or view.contract is None or value is None or view.device_id is None:
+            if view is not None and view.device_id and status.get("commandId"):
+                self.devices.release_command(view.device_id, status["commandId"])  # primed at start
             await self._finish(body, view, "DEVICE_GONE", f"Device {spec['device']} disappeared, or its contract "
                                "changed, before execution; nothing was sent.", {})
             return
@@ -305,8 +311,6 @@ class IntentReconciler:
                                f"Not applied: spec.target.{spec['actuator']} of Device {spec['device']} is managed by "
                                f"someone else ({conflict}). Corral does not overwrite a person's settings; remove the "
                                f"field from their manifest (or apply theirs with the new value).", {})
-        except StaleVersion as stale:
-            await self._finish(body, view, "FAILED", f"Not applied: {stale}.", {})
         finally:
             self.devices.release(pin)
 
@@ -335,9 +339,11 @@ class IntentReconciler:
             await self._finish(body, view, "FAILED", f"Not executed: {superseded}.", {})
             return
         before = (body.get("status") or {}).get("before") or {}
+        changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
+        what = ", ".join(f"{k} {b!r} -> {a!r}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
         await self._finish(body, view, "EXECUTED",
                            f"{spec['action']} {spec['actuator']}={value!r} done; the device acknowledged command "
-                           f"{command_id}" + (" (resumed after a restart)." if resumed else "."),
+                           f"{command_id} ({what})" + (" after a restart." if resumed else "."),
                            {"before": before, "after": after})
 
     async def _consume(self, body: Body, approval: str) -> None:
@@ -347,9 +353,8 @@ class IntentReconciler:
                 "consumed": True, "consumedAt": _rfc3339(datetime.now(UTC)),
                 "message": f"Used by Intent {body['metadata']['name']}",
             }, "approval-consumed")
-        except kubernetes.client.ApiException as err:
-            log.warning("could not mark Approval %s used by Intent %s: %s %s", approval, _name(body), err.status,
-                        err.reason)
+        except ApiError as err:
+            log.warning("could not mark Approval %s used by Intent %s: %s", approval, _name(body), err)
 
     # ---- finishing ------------------------------------------------------------------------------------------
 

@@ -56,6 +56,8 @@ class DevicePort(Protocol):
 
     def release(self, pin: Pin) -> None: ...
 
+    def release_command(self, device_id: str, command_id: str) -> None: ...
+
     async def apply_target(self, pin: Pin, device: Body, intent: str) -> Body: ...
 
 
@@ -105,6 +107,10 @@ class FleetPort:
     def release(self, pin: Pin) -> None:
         self.driver.expectations.release(pin)
         self.queue.add(pin.device_id)  # what the pin held back may be driven now
+
+    def release_command(self, device_id: str, command_id: str) -> None:
+        self.driver.expectations.release_command(device_id, command_id)
+        self.queue.add(device_id)
 
     async def apply_target(self, pin: Pin, device: Body, intent: str) -> Body:
         """Set the Device's target to the pin's value; the device reconciler then sends the pinned command."""

@@ -165,7 +165,7 @@ def sensors_due(memory: StatusMemory, latest: Mapping[str, Sample], sensors: Map
                 rule: Coalescing, now: float) -> bool:
     """Whether the latest readings deserve a status write now (`now`: a monotonic clock)."""
     current = {metric: sample.value for metric, sample in latest.items()}
-    return rule.should_write(memory.sensors_written, current, now - memory.sensors_written_at, dict(sensors),
+    return rule.should_write(memory.sensors_written, dict[str, object](current), now - memory.sensors_written_at, dict(sensors),
                              memory.early_writes.available(rule, now))
 
 

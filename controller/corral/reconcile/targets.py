@@ -1,25 +1,34 @@
 """Setting a Device's target for an Intent, without undoing another Intent's.
 
 Server-side apply replaces the whole set of fields a manager owns: an apply by `corral-intents` must
-repeat every target field that earlier Intents set, or the API server removes them. That set is read
-from the Device, and the Device the controller holds may be a moment old. So every apply carries the
-resourceVersion it was computed from as a precondition: if the Device changed since, the API server
-refuses (409), the controller reads the Device from the API server and computes again. A field that
-another manager (a person's `kubectl apply`) owns is a FieldConflict and is never taken over.
+repeat every target field that earlier Intents set, or the API server removes them (or, from an old copy,
+puts an old value back). Two rules make that set right:
+
+- Intents for one Device are executed one at a time (`intents.IntentReconciler.execute`), so no other
+  `corral-intents` apply for the Device is in flight while one is computed;
+- the set is computed from the newest copy of the Device this process has: the applier keeps the answer
+  of its own last apply per Device, and a copy older than that (a watch cache that lags) never wins.
+
+Fields other managers own (a person's `kubectl apply`) are not in the set, and server-side apply leaves
+them alone. A field a person took over since this process last saw the Device makes the apply conflict;
+then the Device is read from the API server and the set computed again. A conflict on the Intent's own
+field is the person's setting, and is never overwritten: FieldConflict.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import Any, Protocol
 
 from corral.api.codes import INTENTS_MANAGER
-from corral.reconcile.kube import StaleVersion
+from corral.reconcile.cache import Key, key_of, newer
+from corral.reconcile.kube import FieldConflict
 
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
-ATTEMPTS = 8
+_REMEMBERED = 50_000
 
 
 def owned_target(device: Body, manager: str = INTENTS_MANAGER) -> dict[str, Any]:
@@ -43,39 +52,39 @@ def intent_target(device: Body, actuator: str, value: Any) -> dict[str, Any]:
 
 
 class TargetApi(Protocol):
-    async def apply_intent_target(self, namespace: str, device: str, target: dict[str, Any], intent: str,
-                                  resource_version: str) -> Body: ...
+    async def apply_intent_target(self, namespace: str, device: str, target: dict[str, Any], intent: str) -> Body: ...
 
     async def get_device(self, namespace: str, name: str) -> Body: ...
 
 
 class TargetApplier:
-    def __init__(self, api: TargetApi, attempts: int = ATTEMPTS) -> None:
+    def __init__(self, api: TargetApi) -> None:
         self.api = api
-        self.attempts = attempts
-        self.stale = 0  # applies refused as computed from an old version, for tests and benchmarks
+        self._written: OrderedDict[Key, Body] = OrderedDict()
+        self.recomputed = 0  # applies computed again from a fresh read, for tests and benchmarks
 
     async def apply(self, device: Body, actuator: str, value: Any, intent: str) -> Body:
         """Set target[actuator] = value on the Device, keeping every other `corral-intents` field.
 
-        `device` is the latest copy the caller has; it may be stale. Returns the Device as written.
-        Raises FieldConflict when another manager owns the field, StaleVersion when the Device kept
-        changing under every attempt.
+        `device` is the newest copy the caller has; it may be older than this applier's last answer for it.
+        Returns the Device as written. FieldConflict when another manager owns the Intent's field.
         """
-        meta = device["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        latest = device
-        for attempt in range(1, self.attempts + 1):
-            target = intent_target(latest, actuator, value)
-            try:
-                written = await self.api.apply_intent_target(namespace, name, target, intent,
-                                                             latest["metadata"]["resourceVersion"])
-            except StaleVersion:
-                self.stale += 1
-                log.debug("target apply for %s on %s/%s: version %s is stale (attempt %d); reading again",
-                          intent, namespace, name, latest["metadata"]["resourceVersion"], attempt)
-                latest = await self.api.get_device(namespace, name)
-                continue
-            return written
-        raise StaleVersion(f"Device {namespace}/{name} changed under each of {self.attempts} attempts to set "
-                           f"spec.target.{actuator}")
+        key = key_of(device)
+        remembered = self._written.get(key)
+        latest = remembered if remembered is not None and not newer(device, remembered) else device
+        namespace, name = key
+        try:
+            written = await self.api.apply_intent_target(namespace, name, intent_target(latest, actuator, value), intent)
+        except FieldConflict:
+            fresh = await self.api.get_device(namespace, name)
+            if owned_target(fresh) == owned_target(latest):
+                raise  # the conflict is on this Intent's own field
+            self.recomputed += 1
+            log.info("target apply for %s on %s/%s: another manager took over a field since; computing again",
+                     intent, namespace, name)
+            written = await self.api.apply_intent_target(namespace, name, intent_target(fresh, actuator, value), intent)
+        self._written[key] = written
+        self._written.move_to_end(key)
+        while len(self._written) > _REMEMBERED:
+            self._written.popitem(last=False)
+        return written
