@@ -1,11 +1,15 @@
-"""`corral demo`: the whole product on this machine until Ctrl-C."""
+"""`corral demo`: the whole product on this machine until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TextIO
 
 import click
 import kubernetes
@@ -15,6 +19,37 @@ from corral.devcluster import files
 from corral.devcluster.demo import Demo, Ready
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.plane import DEFAULT_STATE_DIR
+
+
+class Stop(BaseException):  # like KeyboardInterrupt, which no `except Exception` swallows
+    """SIGINT or SIGTERM: stop what the demo started."""
+
+
+class Progress:
+    """Lines for the person watching, on stderr and in the demo's log.
+
+    The shutdown must never depend on stderr: with `./scripts/up 2>&1 | tee demo.log`, Ctrl-C ends `tee`
+    too, and every later write to the pipe fails. Then the lines go on to the log file only.
+    """
+
+    def __init__(self, log: Path) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._log: TextIO = open(log, "a", buffering=1)  # noqa: SIM115 - written until the demo ends
+        self._terminal_gone = False
+
+    def __call__(self, line: str) -> None:
+        text = f"[demo] {line}"
+        with contextlib.suppress(OSError, ValueError):
+            self._log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+        if not self._terminal_gone:
+            try:
+                click.echo(text, err=True)
+            except OSError:
+                self._terminal_gone = True
+
+
+def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise Stop(signal.Signals(signum).name)
 
 
 @click.command()
@@ -27,27 +62,47 @@ from corral.devcluster.plane import DEFAULT_STATE_DIR
               show_default=True, help="The local plane's state, the demo's logs and the agent's token.")
 def demo(kubeconfig: Path | None, mqtt_url: str | None, namespace: str, port: int, state_dir: Path) -> None:
     """Run everything: control plane and broker, CRDs, a simulated home of 43 devices, the controller and the
-    MCP gateway. Prints how to connect kubectl and an MCP client; Ctrl-C stops what it started."""
-    run = Demo(state_dir, lambda line: click.echo(f"[demo] {line}", err=True), kubeconfig, mqtt_url, namespace, port)
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
+    MCP gateway. Prints how to connect kubectl and an MCP client; Ctrl-C (or SIGTERM) stops what it started."""
+    progress = Progress(state_dir / "demo-logs" / "demo.log")
+    run = Demo(state_dir, progress, kubeconfig, mqtt_url, namespace, port)
+    # Explicit handlers for both: a demo started with SIGINT ignored (a background job of a non-interactive
+    # shell, nohup, some CI runners) would otherwise never hear Ctrl-C, and SIGTERM would kill it outright.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop_on_signal)
+    failure: click.ClickException | None = None
     try:
         ready = run.start()
-        click.echo(_instructions(ready), nl=False)
+        _say(sys.stdout, _instructions(ready))
         while True:
             time.sleep(1)
             run.check_children()
-    except KeyboardInterrupt:
-        click.echo("[demo] stopping what the demo started", err=True)
+    except Stop as why:
+        progress(f"{why}: stopping what the demo started")
     except DevClusterError as err:
-        raise click.ClickException(str(err)) from None
+        failure = click.ClickException(str(err))
     except kubernetes.client.ApiException as err:
-        raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}") from None
+        failure = click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}")
     finally:
         run.stop()
+        progress("stopped")
+    if failure is not None:
+        raise failure
+    _quiet_exit()
+
+
+def _say(stream: TextIO, text: str) -> None:
+    with contextlib.suppress(OSError):
+        stream.write(text)
+        stream.flush()
+
+
+def _quiet_exit() -> None:
+    """Exit 0 even when stdout is a pipe nobody reads any more (its final flush would fail)."""
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, sys.stderr.fileno())
 
 
 def _instructions(ready: Ready) -> str:

@@ -3,6 +3,10 @@
 Control plane and broker (the local plane, or `--kubeconfig` for an existing cluster with a private
 Mosquitto), CRDs and admission policies, the user roles, the simulated home, the controller and the
 MCP gateway. Only what the demo started is stopped: a plane that was already running stays up.
+
+The simulator, controller and gateway run in the demo's own process group: a Ctrl-C at a terminal reaches
+them too (each stops cleanly on it), and whoever started the demo can stop all of it by that group. The
+plane outlives a killed demo (it runs detached, like `corral dev up`'s); `stop()` ends it.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ class Demo:
         self.progress(f"starting a private Mosquitto on 127.0.0.1:{port}")
         self.children.append(Child("mosquitto", subprocess.Popen(
             [find_mosquitto(), "-c", str(conf)], stdout=open(logs / "mosquitto.log", "ab"),  # noqa: SIM115 - the child owns it
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True), logs / "mosquitto.log"))
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), logs / "mosquitto.log"))
         _wait(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
         return self.kubeconfig, f"mqtt://127.0.0.1:{port}", False
 
@@ -168,7 +172,7 @@ class Demo:
         with open(log, "ab") as out:
             # A session of its own: Ctrl-C reaches only the demo, which stops the children in order.
             proc = subprocess.Popen([sys.executable, "-m", "corral.cli.main", *args], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.children.append(Child(name, proc, log))
 
     def _wait_healthy(self, name: str, url: str) -> None:
@@ -206,7 +210,7 @@ class Demo:
                 raise DevClusterError(f"the {child.name} exited with {child.proc.returncode} (log {child.log}):\n{tail}")
 
     def stop(self) -> None:
-        # A second Ctrl-C must not cut the clean-up short and leave processes behind.
+        # A second Ctrl-C (or SIGTERM) must not cut the clean-up short and leave processes behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for child in reversed(self.children):
