@@ -12,10 +12,13 @@ import yaml
 
 from corral.api import KINDS, Approval, Capability, Device, Intent
 from corral.api.codes import GROUP, VERSION
+from corral.client.install import install_api
 from corral.devcluster.plane import Plane
 from tests.harness import api_client, apply_yaml, kubectl, service_account_token, wait_for
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLURALS = {kind.kind_name: kind.plural for kind in KINDS}
@@ -42,7 +45,7 @@ def test_every_example_applies_and_parses_back_into_its_model(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, path: Path
 ) -> None:
     (stored,) = _apply_as(plane, path, namespace)
-    raw = stored.to_dict()  # type: ignore[attr-defined]
+    raw = stored.to_dict()
     model = {k.kind_name: k for k in KINDS}[raw["kind"]]
     assert model.model_validate(raw).model_dump(mode="json", exclude_unset=True) == raw
     if raw["kind"] == "Capability":
@@ -214,3 +217,12 @@ def test_status_round_trips_through_the_status_subresource(
 def test_models_cover_every_kind() -> None:
     assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval"}
     assert {Device, Capability, Intent, Approval} == set(KINDS)
+
+
+def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_before_it(
+        plane: Plane, corral_api: kubernetes.client.ApiClient) -> None:
+    """`./scripts/up` then the README's step-by-step `kubectl apply --server-side -f crds/`, and back."""
+    install_api(corral_api, field_manager="corral-demo")
+    applied = kubectl(plane, "apply", "--server-side", "-f", str(REPO / "crds"), check=False)
+    assert applied.returncode == 0, applied.stderr
+    install_api(corral_api, field_manager="corral-demo")

@@ -36,15 +36,22 @@ def _identity_policy(name: str, plural: str, kind: str, field: str, article: str
         "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
+            # matchConstraints is one atomic value for server-side apply: it is written out with every field
+            # the API server would default, so a `kubectl apply --server-side` of these files after the demo
+            # (or the chart) installed them co-owns it instead of conflicting over defaults.
             "matchConstraints": {
+                "matchPolicy": "Equivalent",
+                "namespaceSelector": {},
+                "objectSelector": {},
                 "resourceRules": [
                     {
                         "apiGroups": [GROUP],
                         "apiVersions": [VERSION],
                         "operations": ["CREATE", "UPDATE"],
                         "resources": [plural],
+                        "scope": "*",
                     }
-                ]
+                ],
             },
             "validations": [
                 {"expression": create_rule, "messageExpression": create_message, "reason": "Forbidden"},
