@@ -8,6 +8,7 @@ on the simulated hardware, where "exactly once" matters.
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from collections import Counter
@@ -35,7 +36,15 @@ from tests.controller_harness import (
     set_target,
     status_write_count,
 )
-from tests.fleet_harness import announce, hardware_applies, on_fleet, played_thermometers, running_fleet
+from tests.fleet_harness import (
+    THERMOMETER,
+    announce,
+    hardware_applies,
+    on_fleet,
+    played_thermometers,
+    publish,
+    running_fleet,
+)
 from tests.harness import kubectl, wait_for
 
 pytestmark = pytest.mark.integration
@@ -277,7 +286,7 @@ def test_a_device_changed_by_hand_is_driven_back_under_enforce_and_left_alone_un
         assert in_sync["reason"] == "Drifted"
         assert hardware_applies(fleet, "hall-fan")[-1] == ("fan", "high")  # left alone
         for name in ("hall-light", "hall-fan"):
-            drift_events = wait_for(lambda: [e for e in events(corral_api, namespace, name) if e.reason == "Drift"],
+            drift_events = wait_for(lambda name=name: [e for e in events(corral_api, namespace, name) if e.reason == "Drift"],
                                     f"the Drift Event of {name}")
             assert drift_events[0].type == "Warning"
 
@@ -358,3 +367,18 @@ def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_acc
             )
             assert why in refused["message"]
             assert "capability" not in device(corral_api, namespace, device_id)["status"]
+
+
+def test_a_status_that_arrives_before_the_contract_is_kept_and_applied_when_the_contract_comes(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
+) -> None:
+    """MQTT orders messages per topic only: a device may say `online` before its `info` reaches us."""
+    info = {**THERMOMETER, "device_id": "early-bird"}
+    with running_controller(plane, namespace, prefix, tmp_path):
+        # Not retained, so said once; acknowledged by the broker before the contract is published.
+        publish(plane.mqtt_port, [(f"{prefix}/early-bird/status", "online", False)])
+        publish(plane.mqtt_port, [(f"{prefix}/early-bird/info", json.dumps(info), True)])
+        status = wait_for(lambda: (device(corral_api, namespace, "early-bird").get("status") or {}).get("capability")
+                          and device(corral_api, namespace, "early-bird")["status"],
+                          "the device registered with its contract", timeout_s=20)
+    assert status["online"] is True, "the status said before the contract was not lost"

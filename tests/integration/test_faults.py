@@ -15,13 +15,13 @@ from typing import Any
 import kubernetes
 import pytest
 
-from corral.client.install import install_api
 from corral.api.codes import FINAL_PHASES
+from corral.client.install import install_api
 from corral.client.intents import submit
 from corral.devcluster.plane import APISERVER, BROKER, DevPlane, Plane
 from corral_sim.fleet import Faults
 from tests.controller_harness import ControllerProcess, device, events, set_target
-from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
+from tests.fleet_harness import Watcher, hardware_applies, on_fleet, running_fleet
 from tests.harness import api_client, grant, wait_for
 
 pytestmark = pytest.mark.integration
@@ -47,24 +47,47 @@ def test_a_controller_killed_with_20_intents_in_flight_finishes_each_once_after_
     operator = grant(plane, corral_api, namespace, "operator", "[get, list, read, write]", "[get]", "write")
     requester = f"system:serviceaccount:{namespace}:operator"
     prefix = f"kill-{uuid.uuid4().hex[:6]}"
-    with running_fleet(plane, prefix, dict.fromkeys(lamps, "light")) as fleet:
+    objects = kubernetes.client.CustomObjectsApi(corral_api)
+    # Acks take a while: a command can be on the device, executed, with its ack still on the way.
+    with running_fleet(plane, prefix, dict.fromkeys(lamps, "light"), faults=Faults(ack_delay_ms=1500)) as fleet:
+        watcher = Watcher(plane, prefix)
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:
             wait_for(lambda: in_sync(corral_api, namespace, lamps), "the lamps registered", timeout_s=60)
             for i, lamp in enumerate(lamps):
                 submit(operator, namespace, f"burst-{i:02d}", light_on(requester, lamp))
-            time.sleep(0.3)  # some decided, some executing, some not seen yet
+
+            def sent_not_acked() -> tuple[str, str] | None:
+                for i in range(20):
+                    status = objects.get_namespaced_custom_object(
+                        "corral.dev", "v1alpha1", namespace, "intents", f"burst-{i:02d}").get("status") or {}
+                    command = status.get("commandId")
+                    if status.get("phase") != "Executing" or not command:
+                        continue
+                    sent = [m for m in watcher.messages(kind="cmd") if m.json().get("id") == command]
+                    acked = [m for m in watcher.messages(kind="ack") if m.json().get("id") == command]
+                    if sent and not acked:
+                        return f"burst-{i:02d}", command
+                return None
+
+            caught, command = wait_for(sent_not_acked, "an Intent Executing with its command sent and no ack yet",
+                                       timeout_s=20, interval_s=0.02)
             controller.kill()
+            assert not [m for m in watcher.messages(kind="ack") if m.json().get("id") == command], \
+                f"{caught}: its ack arrived before the kill"
             controller.start()
             done = wait_for(lambda: all(final(corral_api, namespace, f"burst-{i:02d}") for i in range(20))
                             and [final(corral_api, namespace, f"burst-{i:02d}") for i in range(20)],
                             "all 20 Intents final after the restart", timeout_s=60)
         finally:
             controller.stop()
+            watcher.close()
         applied = {lamp: hardware_applies(fleet, lamp).count(("power", True)) for lamp in lamps}
     assert [d["status"]["code"] for d in done] == ["EXECUTED"] * 20
     assert applied == dict.fromkeys(lamps, 1), "each lamp switched exactly once"
+    resumed = next(d for d in done if d["metadata"]["name"] == caught)
+    assert resumed["status"]["commandId"] == command, "the restarted controller resent the same command id"
 
 
 def test_acks_slower_than_the_timeout_are_retried_with_the_same_id_and_executed_once(
@@ -95,8 +118,10 @@ def test_a_device_losing_power_mid_command_ends_in_its_target_and_a_true_status(
         controller.start()
         try:
             wait_for(lambda: in_sync(corral_api, namespace, ["desk-lamp"]), "the lamp registered", timeout_s=60)
+            applied_before = len(hardware_applies(fleet, "desk-lamp"))
             set_target(corral_api, namespace, "desk-lamp", {"power": True, "brightness": 70})
-            time.sleep(0.7)  # the command is on the device, its ack not yet sent
+            # The first command has run on the device; its ack is held back for 1.5 s.
+            wait_for(lambda: len(hardware_applies(fleet, "desk-lamp")) > applied_before, "a command to run on the lamp")
             on_fleet(fleet, lambda: fleet.power_cycle("desk-lamp", off_s=1.0))
             wait_for(lambda: in_sync(corral_api, namespace, ["desk-lamp"])
                      and device(corral_api, namespace, "desk-lamp")["status"]["reported"].get("brightness") == 70,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 import urllib.error
@@ -27,12 +28,20 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from corral.api.codes import GROUP, VERSION
+from corral.client.intents import decide_on
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from corral.client.intents import decide_on
-from tests.gateway_harness import (MODERN, MODES, ONE_WORKER, HttpGateway, capabilities_readable, http_client,
-                                   kubeconfig_for, stdio_client)
+from tests.gateway_harness import (
+    MODERN,
+    MODES,
+    ONE_WORKER,
+    HttpGateway,
+    capabilities_readable,
+    http_client,
+    kubeconfig_for,
+    stdio_client,
+)
 from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
 
 pytestmark = pytest.mark.integration
@@ -154,7 +163,7 @@ def test_two_callers_with_different_roles_see_different_tools_and_devices_over_s
             completed = await reader.complete(types.PromptReference(name="diagnose_device"),
                                               {"name": "device_id", "value": f"{home.namespace}/"})
             assert completed.completion.values == [f"{home.namespace}/kitchen-light"]
-            with pytest.raises(MCPError, match="Unknown tool: iot.control"):
+            with pytest.raises(MCPError, match=r"Unknown tool: iot\.control"):
                 await reader.call_tool("iot.control", {"device_id": "kitchen-light", "actuator": "power",
                                                        "action": "set_state", "params": {"value": True},
                                                        "reason": "not allowed"})
@@ -335,12 +344,12 @@ def test_unplugging_a_device_sends_tools_list_changed_and_later_calls_are_device
 
 def test_modern_clients_hear_of_tool_list_changes_on_a_listen_stream(home: Home) -> None:
     async def scenario() -> list[Any]:
-        async with http_client(home.gateway.url, home.tokens["operator"], mode=MODERN) as agent:
-            async with agent.listen(tools_list_changed=True) as subscription:
-                unplug(home, "hall-fan")
-                async with asyncio.timeout(15):
-                    async for event in subscription:
-                        return [event]
+        async with http_client(home.gateway.url, home.tokens["operator"], mode=MODERN) as agent, \
+                agent.listen(tools_list_changed=True) as subscription:
+            unplug(home, "hall-fan")
+            async with asyncio.timeout(15):
+                async for event in subscription:
+                    return [event]
         return []
 
     events = run(scenario())
@@ -382,19 +391,19 @@ def test_a_modern_listen_stream_gets_the_snapshot_then_updates_only_for_devices_
     hidden = f"corral://devices/{home.namespace}/front-lock"
 
     async def scenario() -> tuple[list[str], list[str]]:
-        async with http_client(home.gateway.url, home.tokens["reader"], mode=MODERN) as agent:
-            async with agent.listen(resource_subscriptions=[visible, hidden]) as subscription:
-                uris = []
-                async with asyncio.timeout(15):
-                    async for event in subscription:
-                        uris.append(event.uri)
-                        if len(uris) == 1:
-                            await asyncio.to_thread(_set_notes, home, "front-lock", "hidden change")
-                            await asyncio.sleep(1.5)
-                            await asyncio.to_thread(_set_notes, home, "kitchen-light", "visible change")
-                        else:
-                            break
-                return uris, list(subscription.honored.resource_subscriptions or [])
+        async with http_client(home.gateway.url, home.tokens["reader"], mode=MODERN) as agent, \
+                agent.listen(resource_subscriptions=[visible, hidden]) as subscription:
+            uris = []
+            async with asyncio.timeout(15):
+                async for event in subscription:
+                    uris.append(event.uri)
+                    if len(uris) == 1:
+                        await asyncio.to_thread(_set_notes, home, "front-lock", "hidden change")
+                        await asyncio.sleep(1.5)
+                        await asyncio.to_thread(_set_notes, home, "kitchen-light", "visible change")
+                    else:
+                        break
+            return uris, list(subscription.honored.resource_subscriptions or [])
 
     uris, honored = run(scenario())
     assert uris == [visible, visible], "snapshot first, then the visible change; never the hidden device"
@@ -495,3 +504,26 @@ def test_an_agent_cannot_name_another_requester_through_the_gateway(home: Home) 
     intent = kubernetes.client.CustomObjectsApi(home.admin).get_namespaced_custom_object(
         GROUP, VERSION, home.namespace, "intents", "forged")
     assert intent["spec"]["requester"] == f"system:serviceaccount:{home.namespace}:operator"
+
+
+def test_a_stdio_gateway_that_shows_its_caller_no_devices_says_so_and_where_it_looked(
+        home: Home, tmp_path: Path) -> None:
+    empty = f"{home.namespace}-nothing"
+    kubernetes.client.CoreV1Api(home.admin).create_namespace({"metadata": {"name": empty}})
+    try:
+        started = subprocess.run([CORRAL, "mcp", "--transport", "stdio", "-n", empty], input="", text=True,
+                                 capture_output=True, timeout=60,
+                                 env={**os.environ, "KUBECONFIG": str(home.kubeconfigs["operator"])})
+        said = started.stderr
+
+        async def connect() -> str | None:
+            async with stdio_client(home.kubeconfigs["operator"], "-n", empty) as agent:
+                assert (await agent.list_tools()).tools == [], "nothing to act on: no tool"
+                return agent.session.initialize_result.instructions if agent.session.initialize_result else None
+
+        told = run(connect())
+    finally:
+        kubernetes.client.CoreV1Api(home.admin).delete_namespace(empty)
+    who = f"system:serviceaccount:{home.namespace}:operator"
+    assert f"{who} sees no devices in namespace(s) {empty}" in said and "-n" in said, said
+    assert told is not None and f"namespace(s) {empty}" in told and "sees no devices" in told
