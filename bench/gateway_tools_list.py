@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
-
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import running_fleet
 from tests.gateway_harness import MODERN, HttpGateway, http_client

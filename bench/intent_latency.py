@@ -22,11 +22,11 @@ import uuid
 from pathlib import Path
 
 from common import agent_namespace, bench_plane, percentile, wait_registered, write_result
-
 from corral.client.intents import submit, wait_settled
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import running_fleet
 from tests.harness import api_client
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,7 +21,6 @@ import uuid
 from pathlib import Path
 
 from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
-
 from corral.devcluster.processes import free_port
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import running_fleet

@@ -130,7 +130,7 @@ def main() -> int:
     # listener until a delayed ACK (~40 ms), which would show up as lag that is not the simulator's.
     conf = mosquitto_conf(port) + ("" if args.stock_broker else "set_tcp_nodelay true\n")
     (workdir / "mosquitto.conf").write_text(conf)
-    broker_log = open(workdir / "mosquitto.log", "wb")
+    broker_log = open(workdir / "mosquitto.log", "wb")  # noqa: SIM115 - the broker writes it until the end
     broker = subprocess.Popen([mosquitto, "-c", str(workdir / "mosquitto.conf")], stdout=broker_log, stderr=subprocess.STDOUT)
     sim: subprocess.Popen[bytes] | None = None
     listener: Listener | None = None
@@ -141,7 +141,7 @@ def main() -> int:
             sys.executable, "-m", "corral.cli.main", "sim", *device_args(args.devices), "--mqtt", f"mqtt://127.0.0.1:{port}",
             "--prefix", PREFIX, "--telemetry-interval", str(args.interval), "--seed", str(args.seed),
         ]
-        sim_log = open(workdir / "sim.log", "wb")
+        sim_log = open(workdir / "sim.log", "wb")  # noqa: SIM115 - the simulator writes it until the end
         started = time.monotonic()
         sim = subprocess.Popen(command, stdout=sim_log, stderr=subprocess.STDOUT, cwd=REPO)
         all_online_s = wait_until(f"{args.devices} devices online", lambda: len(listener.online) >= args.devices, 120)

@@ -20,12 +20,12 @@ import uuid
 from pathlib import Path
 
 from common import agent_namespace, bench_plane, say, wait_registered, write_result
-
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import played_thermometers, running_fleet
 from tests.harness import scrape
+
 
 def writes(port: int) -> float:
     return sum(v for k, v in scrape(port).items() if k.startswith("corral_status_writes_total"))

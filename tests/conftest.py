@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def _say(config: pytest.Config):  # type: ignore[no-untyped-def]
+def _say(config: pytest.Config):
     reporter = config.pluginmanager.get_plugin("terminalreporter")
 
     def say(line: str) -> None:
@@ -150,7 +150,7 @@ def _describe(plane: Plane) -> list[str]:
     ]
 
 
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     lines = config.stash.get(PLANE_SUMMARY, None)
     if lines:
         terminalreporter.write_sep("-", "local plane")

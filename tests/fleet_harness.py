@@ -152,7 +152,7 @@ def on_fleet(fleet: Fleet, fn: Callable[[], T]) -> T:
     def call() -> None:
         try:
             result.set_result(fn())
-        except Exception as err:  # handed to the test thread
+        except Exception as err:  # noqa: BLE001 - handed to the test thread, which raises it
             result.set_exception(err)
 
     fleet.call_soon(call)

@@ -76,11 +76,11 @@ def wait_for(probe: Callable[[], T], what: str, timeout_s: float = 10.0, interva
     while True:
         try:
             last = probe()
-        except Exception as err:  # the probe's failures are the thing being waited out
+        except Exception as err:  # noqa: BLE001 - the probe's failures are the thing being waited out
             last = err
         else:
             if last:
-                return last  # type: ignore[return-value]
+                return last
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last answer: {last!r}")
         time.sleep(interval_s)

@@ -43,7 +43,8 @@ def contract_for(device_type: str) -> dict[str, Any]:
     """The frozen contract of a device type (without device_id)."""
     normalized = normalize_type(device_type)
     module = importlib.import_module(f"{CONTRACTS_PACKAGE}.{normalized}")
-    return module.CONTRACT  # type: ignore[no-any-return]
+    contract: dict[str, Any] = module.CONTRACT
+    return contract
 
 
 def normalize_type(device_type: str) -> str:

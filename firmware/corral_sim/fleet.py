@@ -22,6 +22,7 @@ only through `call_soon()` and `stop()`.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import selectors
@@ -157,10 +158,13 @@ class _FleetTransport(PahoTransport):
         super().__init__(device, client_id, keepalive_s, broker.username, broker.password)
         self.fleet = fleet
 
+    def _publish_now(self, topic: str, payload: str, retain: bool, qos: int) -> None:
+        PahoTransport.publish(self, topic, payload, retain, qos)
+
     def publish(self, topic: str, payload: str, retain: bool, qos: int) -> bool:
         delay = self.fleet.options.faults.ack_delay_ms
         if delay > 0 and topic == self.device.topic_ack:
-            self.fleet._after(delay, lambda: PahoTransport.publish(self, topic, payload, retain, qos))
+            self.fleet._after(delay, functools.partial(self._publish_now, topic, payload, retain, qos))
             return True
         return super().publish(topic, payload, retain, qos)
 
@@ -286,7 +290,7 @@ class Fleet:
         spread_ms = int(self.options.connect_spread_s * 1000)
         for index, device in enumerate(self.devices.values()):
             offset = index * spread_ms // count if count > 1 else 0
-            self._at(start + offset, lambda d=device: self._boot(d))
+            self._at(start + offset, functools.partial(self._boot, device))
         next_misc = start + MISC_INTERVAL_MS
         self._started.set()
         try:
@@ -429,19 +433,23 @@ class Fleet:
         faults, rng = self.options.faults, device.fault_rng
         assert rng is not None
         if faults.drop_link_every_s:
+            every_drop = faults.drop_link_every_s
+
             def drop() -> None:
                 if device.powered and device.connected:
                     self.drop_link(device.device_id)
-                self._after(rng.exponential_ms(faults.drop_link_every_s * 1000), drop)
+                self._after(rng.exponential_ms(every_drop * 1000), drop)
 
-            self._after(rng.exponential_ms(faults.drop_link_every_s * 1000), drop)
+            self._after(rng.exponential_ms(every_drop * 1000), drop)
         if faults.power_cycle_every_s:
+            every_cycle = faults.power_cycle_every_s
+
             def cycle() -> None:
                 if device.powered:
                     self.power_cycle(device.device_id)
-                self._after(rng.exponential_ms(faults.power_cycle_every_s * 1000), cycle)
+                self._after(rng.exponential_ms(every_cycle * 1000), cycle)
 
-            self._after(rng.exponential_ms(faults.power_cycle_every_s * 1000), cycle)
+            self._after(rng.exponential_ms(every_cycle * 1000), cycle)
 
     # paho's external-loop callbacks -----------------------------------------------------
 
@@ -495,10 +503,16 @@ class Fleet:
         for key in list(self._selector.get_map().values()):
             if key.data is not None:  # still not out after the timeout: give up on it
                 self._selector.unregister(key.fileobj)
-                key.fileobj.close()
+                socket_of(key.fileobj).close()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+def socket_of(registered: Any) -> socket.socket:
+    """What paho and the selector hand back is the socket the fleet registered."""
+    assert isinstance(registered, socket.socket)
+    return registered
 
 
 def _kill_socket(client: mqtt.Client) -> None:
@@ -507,7 +521,7 @@ def _kill_socket(client: mqtt.Client) -> None:
     if sock is None:
         return
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        socket_of(sock).shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
 

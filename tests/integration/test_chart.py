@@ -159,7 +159,7 @@ def test_helm_install_creates_the_release_with_crds_and_policies(installed: Inst
 
 def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Installed, tmp_path: Path) -> None:
     plane, admin = installed.plane, installed.admin
-    args = [a for a in installed.controller_args]
+    args = list(installed.controller_args)
     args[args.index("--health-port") + 1] = str(health := free_port())
     env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "CORRAL_MQTT_URL": plane.mqtt_url}
     agent_token = _user(installed, "agent", "agent-operator")

@@ -6,6 +6,7 @@ Both tests judge the end state (the Device objects and the simulated hardware), 
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import uuid
@@ -45,7 +46,7 @@ class Lab:
         return api_client(self.plane, token=self.operator_token)
 
     def hardware(self, device_id: str) -> dict[str, Any]:
-        return on_fleet(self.fleet, lambda: self.fleet.devices[device_id].firmware.state())  # type: ignore[union-attr]
+        return on_fleet(self.fleet, lambda: self.fleet.devices[device_id].firmware.state())
 
 
 @pytest.fixture
@@ -97,8 +98,8 @@ def test_intents_on_three_actuators_of_one_device_all_created_at_once_never_undo
         actions = {"power": "set_state", "brightness": "set_value", "color_temp": "set_value"}
         asked |= set(wanted.items())
         done = at_once([
-            lambda a=actuator, v=value: ask_and_wait(lab, f"r{round_:02d}-{a.replace('_', '-')}",
-                                                     intent(lab, "desk-lamp", a, actions[a], v))
+            functools.partial(ask_and_wait, lab, f"r{round_:02d}-{actuator.replace('_', '-')}",
+                              intent(lab, "desk-lamp", actuator, actions[actuator], value))
             for actuator, value in wanted.items()])
         assert [d["status"]["code"] for d in done] == ["EXECUTED"] * 3, [d["status"] for d in done]
         target = device(lab.admin, lab.namespace, "desk-lamp")["spec"]["target"]
@@ -153,7 +154,7 @@ def test_an_event_storm_from_another_writer_ends_with_every_device_at_its_last_t
     assert codes == ["EXECUTED"] * 20
 
     def settled() -> dict[str, Any] | None:
-        for name, body in devices(lab.admin, lab.namespace).items():
+        for body in devices(lab.admin, lab.namespace).values():
             status = body.get("status") or {}
             if status.get("observedGeneration") != body["metadata"]["generation"] or not status.get("inSync"):
                 return None

@@ -44,7 +44,7 @@ def test_up_is_idempotent_and_down_stops_everything_it_started(tmp_path: Path) -
     assert kubeconfig == tmp_path / ".corral" / "dev" / "kubeconfig"
 
     env = (tmp_path / ".corral" / "dev" / "env").read_text()
-    kubectl_dir = re.search(r"^export PATH=(\S+):", env, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    kubectl_dir = re.search(r"^export PATH=(\S+):", env, re.MULTILINE).group(1)
     kubectl = [str(Path(kubectl_dir) / "kubectl"), f"--kubeconfig={kubeconfig}"]
 
     readyz = subprocess.run([*kubectl, "get", "--raw", "/readyz"], capture_output=True, text=True, timeout=60)

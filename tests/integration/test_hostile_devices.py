@@ -51,7 +51,7 @@ def test_hostile_device_messages_are_refused_and_the_controller_keeps_working(
         try:
             wait_for(lambda: (device(corral_api, namespace, "lamp").get("status") or {}).get("inSync"),
                      "the lamp registered", timeout_s=30)
-            before = rss_mib(controller.proc.pid)  # type: ignore[union-attr]
+            before = rss_mib(controller.proc.pid)
             kinds = ["info", "status", "ack", "telemetry", "event"]
 
             def topic() -> str:
@@ -68,7 +68,7 @@ def test_hostile_device_messages_are_refused_and_the_controller_keeps_working(
             wait_for(lambda: (device(corral_api, namespace, "lamp").get("status") or {}).get("inSync")
                      and device(corral_api, namespace, "lamp")["status"]["reported"].get("brightness") == 55,
                      "the lamp still driven to its target", timeout_s=30)
-            after = rss_mib(controller.proc.pid)  # type: ignore[union-attr]
+            after = rss_mib(controller.proc.pid)
         finally:
             controller.stop()
         applied = hardware_applies(fleet, "lamp")

@@ -62,7 +62,7 @@ def test_the_link_reconnects_and_resubscribes_after_the_broker_restarts(tmp_path
     assert reconnects == 1
 
 
-async def _until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def _until(predicate, timeout_s: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not predicate():
         if asyncio.get_running_loop().time() > deadline:

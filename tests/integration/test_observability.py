@@ -33,7 +33,7 @@ class OtlpReceiver(ThreadingHTTPServer):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
                 for resource_spans in request.resource_spans:
                     service = next(a.value.string_value for a in resource_spans.resource.attributes

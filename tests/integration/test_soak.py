@@ -77,7 +77,7 @@ def soak(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, logs:
                         "params": {"value": asked[lamp] % 2 == 1}, "reason": "soak", "requester": requester}
                 submit(operator, namespace, name, spec)
                 if i % max(1, int(rate * 5)) == 0:
-                    memory.append((now - started, rss_mib(controller.proc.pid)))  # type: ignore[union-attr]
+                    memory.append((now - started, rss_mib(controller.proc.pid)))
                 i += 1
                 time.sleep(max(0.0, started + i / rate - time.monotonic()))
             wait_for(lambda: len(finished) >= len(created), "every Intent final", timeout_s=120, interval_s=0.5)

@@ -10,10 +10,9 @@ import yaml
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from corral.api import KINDS, Capability, Device
+from corral.api import KINDS, Capability, Device, manifests
 from corral.api.crd import SchemaError, crd_for, structural
 from corral.api.device import Overlay
-from corral.api import manifests
 from corral.cli.main import cli
 from corral.contract.canonical import sha256_hex
 
@@ -40,7 +39,7 @@ def test_crds_check_fails_and_says_how_to_fix_when_stale(tmp_path: Path) -> None
     assert "templates/admission-policies.yaml" in result.stderr
 
 
-def _properties(schema: dict[str, Any], path: str = ""):  # type: ignore[no-untyped-def]
+def _properties(schema: dict[str, Any], path: str = ""):
     for name, child in schema.get("properties", {}).items():
         yield f"{path}.{name}", child
         yield from _properties(child, f"{path}.{name}")

@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 
 from corral.contract.model import Sensor
 from corral.devices.commands import CommandTimeout, CommandTracker
-from corral.devices.messages import Ack
+from corral.devices.messages import Ack, Sample
 from corral.devices.telemetry import Coalescing, EarlyWrites, SensorBuffer
-from corral.devices.messages import Sample
 from corral.reconcile import conditions
 from corral.reconcile.targets import owned_target as _owned_target
 from corral.reconcile.workqueue import WorkQueue

@@ -52,18 +52,18 @@ HASH = "a" * 64
 def intent(**changes: object) -> IntentFacts:
     base = IntentFacts(uid=UID, name="unlock-1", device="front-lock", actuator="light", action="set_state",
                        value=True, requester="agent", created_at=NOW - timedelta(seconds=1))
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return replace(base, **changes)
 
 
 def approval(**changes: object) -> ApprovalView:
     base = ApprovalView(name="ok-1", intent_uid=UID, params_hash=HASH, decision="Approve", approver="alice",
                         approver_may_approve=True, created_at=NOW - timedelta(seconds=10))
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return replace(base, **changes)
 
 
 def run(i: IntentFacts, device: DeviceFacts = DEVICE, may: bool = True, approvals: list[ApprovalView] | None = None,
-        policy: Policy = Policy()):  # type: ignore[no-untyped-def]
-    return decide(i, device, may, approvals or [], HASH, NOW, policy)
+        policy: Policy | None = None):
+    return decide(i, device, may, approvals or [], HASH, NOW, policy or Policy())
 
 
 def test_a_valid_low_risk_write_executes_without_approval() -> None:
@@ -218,7 +218,7 @@ def test_the_pipeline_order_is_pinned_for_the_whole_product() -> None:
     assert [c.name for c in PIPELINE] == [
         "device known", "action known", "arguments", "RBAC verb", "agents paused", "contract hold", "interlocks",
         "lease", "cited readings", "approval", "device online"]
-    assert RECHECKED == {"RBAC verb", "agents paused", "contract hold", "interlocks", "lease"}
+    assert {"RBAC verb", "agents paused", "contract hold", "interlocks", "lease"} == RECHECKED
 
 
 def test_the_safety_envelope_is_checked_in_its_order_after_scope_and_before_readings() -> None:

@@ -21,9 +21,9 @@ CONTRACT = Contract.model_validate(
 UID = "0f3c2a9e-1111-2222-3333-444455556666"
 
 
-def make(target: dict, reported: dict, **kw: object):  # type: ignore[no-untyped-def]
+def make(target: dict, reported: dict, **kw: object):
     args = {"uid": UID, "generation": 3, "epoch": 0, "drift": "Enforce", **kw}
-    return plan(CONTRACT, target, reported, **args)  # type: ignore[arg-type]
+    return plan(CONTRACT, target, reported, **args)
 
 
 def test_only_differing_actuators_get_commands_with_deterministic_ids() -> None:

@@ -138,7 +138,7 @@ def test_a_command_arriving_on_the_cmd_topic_is_answered_on_the_ack_topic():
     device.on_message("t/fan-1/telemetry", b"ignored: not our command topic")
     acks = device.transport.on("ack")
     assert len(acks) == 1
-    topic, payload, retain, qos = acks[0]
+    _topic, payload, retain, qos = acks[0]
     assert (retain, qos) == (False, 1)
     assert json.loads(payload)["state"]["fan"] == "mid"
 
@@ -165,7 +165,7 @@ def test_a_repeated_id_with_a_different_body_still_gets_the_first_answer():
 
 
 def test_dedup_memory_is_bounded_and_forgets_the_oldest_id_first():
-    device, board, _ = make_device("env_fan", dedup_size=64)
+    device, _board, _ = make_device("env_fan", dedup_size=64)
     for i in range(65):
         command(device, "c-" + str(i), "set_level", "fan", "low")
     assert len(device._acks) == 64
@@ -274,7 +274,7 @@ def test_a_counter_executes_the_difference_to_its_target_total():
 
 
 def test_counter_targets_are_clamped_and_must_be_whole():
-    device, board, _ = make_device("pet_feeder")
+    device, _board, _ = make_device("pet_feeder")
     ack = command(device, "c-1", "feed", "portions", -2)
     assert ack["ok"] is True and ack["state"]["portions"] == 0
     assert ack["clamped"] == {"actuator": "portions", "requested": -2, "applied": 0}
@@ -287,7 +287,7 @@ def test_counter_targets_are_clamped_and_must_be_whole():
 
 def test_a_counter_total_survives_a_power_cycle_so_a_repeat_feeds_nothing():
     flash = MemoryStore()
-    device, board, clock = make_device("pet_feeder", store=flash)
+    device, _board, clock = make_device("pet_feeder", store=flash)
     command(device, "c-1", "feed", "portions", 3)
     rebooted, board2, _ = make_device("pet_feeder", store=flash, clock=clock)
     assert rebooted.state()["portions"] == 3
@@ -484,13 +484,13 @@ def test_simulated_outputs_shape_the_readings():
     run_until(valve, clock, 1000)
     command(valve, "c-1", "set_state", "open", True)
     run_until(valve, clock, 2000)
-    flows = [[s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "flow"][0] for m in valve.transport.on("telemetry")]
+    flows = [next(s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "flow") for m in valve.transport.on("telemetry")]
     assert flows[0] == 0 and flows[1] > 3, "no flow through a closed valve"
     sensor, _, clock = make_device("sht30", telemetry_ms=1000)
     run_until(sensor, clock, 1000)
     command(sensor, "c-1", "set_state", "heater", True)
     run_until(sensor, clock, 2000)
-    temps = [[s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "temperature"][0] for m in sensor.transport.on("telemetry")]
+    temps = [next(s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "temperature") for m in sensor.transport.on("telemetry")]
     assert temps[1] - temps[0] > 2.5, "an SHT30 reads warm while its heater runs"
 
 

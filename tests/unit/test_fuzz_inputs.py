@@ -71,7 +71,7 @@ def test_control_arguments_either_fit_the_contract_or_are_refused(
     arguments = {"device_id": "home/kitchen", "actuator": actuator, "action": arguments.get("action"),
                  "reason": "fuzz", **arguments, "params": params}
     if isinstance(arguments.get("action"), str) is False and CONTRACT.actuator(actuator):
-        arguments["action"] = CONTRACT.actuator(actuator).action  # type: ignore[union-attr]
+        arguments["action"] = CONTRACT.actuator(actuator).action
     device = seen("kitchen", {"read", "write", "config"})
     try:
         _, spec = intent_spec(device, arguments, "agent", lambda _: None)

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from corral.contract.model import Contract
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
-from corral.gateway.toolset import ENUM_LIMIT, ArgumentError, Grants, clean_overlay, device_tools, fixed_tools, intent_spec
+from corral.gateway.toolset import (
+    ENUM_LIMIT,
+    ArgumentError,
+    Grants,
+    clean_overlay,
+    device_tools,
+    fixed_tools,
+    intent_spec,
+)
 from corral.gateway.visible import VisibleDevice, value_schema
 
 CONTRACT = Contract.model_validate({
@@ -91,7 +99,7 @@ def test_readers_get_read_only_tools_and_writers_get_control_with_only_their_act
 
 def test_device_ids_are_listed_in_schemas_only_while_they_are_few() -> None:
     few = [seen(f"d{i:03d}", {"read"}) for i in range(ENUM_LIMIT)]
-    many = few + [seen("d999", {"read"})]
+    many = [*few, seen("d999", {"read"})]
     grants = Grants(frozenset(), frozenset())
     assert len(fixed_tools(few, grants, [])[1]["inputSchema"]["properties"]["device_id"]["enum"]) == ENUM_LIMIT
     assert "enum" not in fixed_tools(many, grants, [])[1]["inputSchema"]["properties"]["device_id"]

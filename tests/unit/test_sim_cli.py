@@ -9,7 +9,7 @@ from corral.cli.main import cli
 from corral_sim.fleet import Broker, FleetError, device_specs
 
 
-def run(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def run(*args: str, env: dict[str, str] | None = None):
     return CliRunner().invoke(cli, ["sim", *args], env={"CORRAL_MQTT_URL": "", **(env or {})})
 
 

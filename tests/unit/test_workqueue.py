@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -97,9 +98,9 @@ def test_requeue_after_is_an_answer_and_errors_retry_with_backoff() -> None:
     flaky = [t for k, t in seen if k == "flaky"]
     poller = [t for k, t in seen if k == "poller"]
     assert len(flaky) == 4, "retried until it succeeded, then left alone"
-    gaps = [b - a for a, b in zip(flaky, flaky[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(flaky)]
     assert gaps[0] >= 0.02 and gaps[1] >= 0.04 and gaps[2] >= 0.08, gaps
-    assert len(poller) == 3 and all(b - a >= 0.05 for a, b in zip(poller, poller[1:], strict=False))
+    assert len(poller) == 3 and all(b - a >= 0.05 for a, b in itertools.pairwise(poller))
 
 
 def test_an_earlier_timer_wins_and_a_closed_queue_takes_nothing() -> None:

@@ -15,8 +15,6 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-from corral.api.codes import API_VERSION
-
 # No C0/C1 control characters: text from agents and devices ends up in prompts
 # and terminals, where such characters can hide or forge content.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -108,6 +106,6 @@ class Resource(KubeModel):
     # CEL rules on the whole object (they may read metadata.name).
     root_validations: ClassVar[list[dict[str, str]]] = []
 
-    api_version: Literal["corral.dev/v1alpha1"] = API_VERSION
+    api_version: Literal["corral.dev/v1alpha1"] = "corral.dev/v1alpha1"  # API_VERSION, as a type
     kind: str
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_serializer
 
 from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text16, Text64, Text512
 from corral.contract.model import IDENTIFIER_PATTERN
 
-IMMUTABLE = {"rule": "self == oldSelf", "message": "deviceId is immutable: delete the Device and create a new one to bind another device"}
+IMMUTABLE: dict[str, Any] = {"rule": "self == oldSelf", "message": "deviceId is immutable: delete the Device and create a new one to bind another device"}
 
 # The API server cannot type-check free JSON values with CEL (they have no
 # type it could declare), so actuator ids and value types are checked by these

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
-from corral.api.codes import DecisionCode, Phase
 from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text512, Text1024
+from corral.api.codes import DecisionCode, Phase
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
 
@@ -16,8 +16,12 @@ Level = Literal["read", "listen", "write", "config"]
 
 
 # Every action kind of the contract allow-list, plus `read`: a fresh read of one actuator or sensor,
-# answered from the device without changing any target.
-IntentAction = Literal[(*get_args(ActionKind), "read")]  # type: ignore[valid-type]
+# answered from the device without changing any target. Built from the allow-list, so it cannot drift from
+# it; type checkers see a str, pydantic (and the CRD schema) the exact list.
+if TYPE_CHECKING:
+    IntentAction = str
+else:
+    IntentAction = Literal[(*get_args(ActionKind), "read")]
 
 
 class Params(KubeModel):

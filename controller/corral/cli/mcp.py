@@ -10,9 +10,9 @@ from typing import Any
 import click
 import kubernetes
 
+from corral.cli.obsopts import observability_options
 from corral.client.errors import api_message
 from corral.gateway.identity import Caller, kubeconfig_configuration
-from corral.cli.obsopts import observability_options
 from corral.gateway.view import CallerView, Capabilities
 
 

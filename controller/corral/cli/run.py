@@ -13,10 +13,10 @@ import kopf
 import kubernetes
 
 from corral.cli.obsopts import observability_options
+from corral.decide.decision import Policy
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
-from corral.decide.decision import Policy
 from corral.reconcile.handlers import build_registry
 from corral.reconcile.intents import IntentSettings
 

@@ -162,8 +162,8 @@ def decide(
     approvals: Sequence[ApprovalView],
     params_hash: str,
     now: datetime,
-    policy: Policy = Policy(),  # noqa: B008 - frozen, so one shared default is safe
-    guards: Guards = Guards(),  # noqa: B008 - frozen, so one shared default is safe
+    policy: Policy = Policy(),
+    guards: Guards = Guards(),
 ) -> Decision:
     """One Intent, one outcome: the checks of the pipeline in order; the first that fails decides."""
     case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards)
@@ -176,7 +176,7 @@ def recheck(
     device: DeviceFacts,
     requester_may: bool,
     now: datetime,
-    guards: Guards = Guards(),  # noqa: B008 - frozen, so one shared default is safe
+    guards: Guards = Guards(),
 ) -> Decision | None:
     """The checks whose facts may have changed since the decision, right before executing; None: go ahead."""
     case = Case(intent, device, requester_may, (), "", now, Policy(), guards)

@@ -185,7 +185,7 @@ class DevPlane:
             self.progress(f"the plane in {self.state_dir} runs {', '.join(stale)} with another configuration than this "
                           "checkout's (`corral dev up` restarts it); not using it")
             return None
-        binary_path = Path(records[APISERVER].argv[0])  # type: ignore[union-attr]
+        binary_path = Path(records[APISERVER].argv[0])  # type: ignore[union-attr]  # checked not None just above
         kubectl = binary_path.parent / "kubectl"
         binary = KubeBinary(path=binary_path, kubectl=kubectl, version=state.get("version", "unknown"))
         plane = self._describe(state, binary, state[APISERVER]["port"], state[BROKER]["port"])

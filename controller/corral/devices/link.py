@@ -150,7 +150,7 @@ class MqttLink:
         self._call_soon(self.connected.clear)
 
     def _handle_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
-        self._call_soon(self._on_message, Inbound(message.topic, message.payload, bool(message.retain)))
+        self._call_soon(self._on_message, Inbound(message.topic, bytes(message.payload), bool(message.retain)))
 
     def _call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -79,7 +79,7 @@ class Coalescing:
             if before is None or type(before) is not type(value):
                 return True
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if abs(value - before) > self.deadband(metric, sensors.get(metric)):  # type: ignore[operator]
+                if abs(value - before) > self.deadband(metric, sensors.get(metric)):  # type: ignore[operator]  # same type, checked above
                     return True
             elif value != before:
                 return True

@@ -33,4 +33,4 @@ class Topics:
         device_id, kind = parts[-2], parts[-1]
         if kind not in _KINDS or not _DEVICE_ID.fullmatch(device_id):
             return None
-        return device_id, kind  # type: ignore[return-value]
+        return device_id, kind  # type: ignore[return-value]  # kind is one of _KINDS, checked above
