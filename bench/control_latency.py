@@ -1,14 +1,18 @@
-"""Control latency: MCP iot.control on a low-risk actuator until EXECUTED, next to its floor, the raw
-MQTT command -> ack round trip to the same device measured in the same run.
+"""Control latency: MCP iot.control on a low-risk actuator until EXECUTED, next to two floors measured in
+the same run on the same plane:
+
+- the Kubernetes floor: create a plain object (a ConfigMap) and see it in a watch;
+- the MQTT floor: a command to the same device and its ack.
 
 Real parts: the local kube-apiserver, Mosquitto, one simulated light (real firmware), the controller
 (`corral run`) and the gateway (`corral mcp --transport http`), driven by the official MCP client
-(protocol 2026-07-28). Each call alternates the light's power with a new request_id; the floor is a
+(protocol 2026-07-28). Each call alternates the light's power with a new request_id; the MQTT floor is a
 `get_state` command published straight to the device, which acks with its state and changes nothing.
+Also counted: the API requests each call costs, from the API server's own counters.
 
-    .venv/bin/python bench/control_latency.py [--calls 200]
+    .venv/bin/python bench/control_latency.py [--calls 200] [--fresh-plane]
 
-Prints p50/p99 of both and their ratio; writes bench/results/control_latency-<time>.json.
+Prints p50/p99 of each and the ratios; writes bench/results/control_latency-<time>.json.
 """
 
 from __future__ import annotations
@@ -18,20 +22,25 @@ import asyncio
 import json
 import socket
 import statistics
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
-
-from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
 
 import paho.mqtt.client as mqtt
 
-from tests.controller_harness import ControllerProcess
-from tests.fleet_harness import running_fleet
-from tests.gateway_harness import MODERN, HttpGateway, http_client
+from common import (
+    agent_namespace,
+    api_requests,
+    bench_plane,
+    kubernetes_floor,
+    percentile,
+    requests_per,
+    running_corral,
+    say,
+    write_result,
+)
+from tests.gateway_harness import MODERN, http_client
 
 
 async def control_calls(url: str, token: str, calls: int) -> tuple[list[float], list[str]]:
@@ -75,7 +84,7 @@ def mqtt_round_trips(port: int, prefix: str, calls: int) -> list[float]:
             client.publish(f"{prefix}/bench-light/cmd", json.dumps({"id": command_id, "cmd": "get_state", "params": {}}),
                            qos=1)
             with arrived:
-                if not arrived.wait_for(lambda: command_id in acked, timeout=5):
+                if not arrived.wait_for(lambda command_id=command_id: command_id in acked, timeout=5):
                     raise TimeoutError(f"no ack for {command_id}")
             times.append((acked[command_id] - started) * 1000)
     finally:
@@ -87,33 +96,35 @@ def mqtt_round_trips(port: int, prefix: str, calls: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--fresh-plane", action="store_true", help="a plane of its own, not `corral dev up`'s")
     args = parser.parse_args()
-    with bench_plane() as plane, agent_namespace(plane) as (admin, namespace, token):
-        prefix = f"bench-{uuid.uuid4().hex[:6]}"
-        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, {"bench-light": "light"}):
-            controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
-            controller.start()
-            gateway = None
-            try:
-                wait_registered(admin, namespace, 1)
-                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log", "--rate-limit", "0/1")
-                say(f"  {args.calls} iot.control calls")
-                control, codes = asyncio.run(control_calls(gateway.url, token, args.calls))
-                say(f"  {args.calls} raw MQTT round trips")
-                floor = mqtt_round_trips(plane.mqtt_port, prefix, args.calls)
-            finally:
-                if gateway is not None:
-                    gateway.stop()
-                controller.stop()
+    with bench_plane(args.fresh_plane) as plane, agent_namespace(plane) as (admin, namespace, token), \
+            running_corral(plane, admin, namespace, {"bench-light": "light"}) as (url, prefix):
+        say(f"  {args.calls} iot.control calls")
+        before = api_requests(plane)
+        control, codes = asyncio.run(control_calls(url, token, args.calls))
+        per_call = requests_per(before, api_requests(plane), args.calls)
+        say(f"  {args.calls} raw MQTT round trips")
+        floor = mqtt_round_trips(plane.mqtt_port, prefix, args.calls)
+        say(f"  {args.calls} Kubernetes create -> watch round trips")
+        kube_floor = asyncio.run(kubernetes_floor(plane, namespace, args.calls))
     result = {
         "calls": args.calls, "executed": codes.count("EXECUTED"),
         "control_p50_ms": round(statistics.median(control), 1), "control_p99_ms": round(percentile(control, 0.99), 1),
+        "kube_floor_p50_ms": round(statistics.median(kube_floor), 2),
+        "kube_floor_p99_ms": round(percentile(kube_floor, 0.99), 2),
         "mqtt_p50_ms": round(statistics.median(floor), 2), "mqtt_p99_ms": round(percentile(floor, 0.99), 2),
+        "api_requests_per_call": round(sum(per_call.values()), 2), "api_requests": per_call,
     }
-    result["ratio_p50"] = round(result["control_p50_ms"] / result["mqtt_p50_ms"], 1)
+    result["x_kube_floor_p50"] = round(result["control_p50_ms"] / result["kube_floor_p50_ms"], 1)
+    result["x_mqtt_p50"] = round(result["control_p50_ms"] / result["mqtt_p50_ms"], 1)
     print(f"iot.control -> EXECUTED ({result['executed']}/{args.calls}): p50 {result['control_p50_ms']} ms, "
-          f"p99 {result['control_p99_ms']} ms; MQTT cmd -> ack floor: p50 {result['mqtt_p50_ms']} ms, "
-          f"p99 {result['mqtt_p99_ms']} ms; ratio at p50: {result['ratio_p50']}x")
+          f"p99 {result['control_p99_ms']} ms")
+    print(f"Kubernetes floor (create -> watch): p50 {result['kube_floor_p50_ms']} ms, p99 {result['kube_floor_p99_ms']} ms; "
+          f"iot.control p50 is {result['x_kube_floor_p50']}x it")
+    print(f"MQTT floor (cmd -> ack): p50 {result['mqtt_p50_ms']} ms, p99 {result['mqtt_p99_ms']} ms; "
+          f"iot.control p50 is {result['x_mqtt_p50']}x it")
+    print(f"API requests per call: {result['api_requests_per_call']} {per_call}")
     write_result("control_latency", result)
 
 

@@ -14,16 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-from common import agent_namespace, bench_plane, percentile, say, wait_registered, write_result
-
-from tests.controller_harness import ControllerProcess
-from tests.fleet_harness import running_fleet
-from tests.gateway_harness import MODERN, HttpGateway, http_client
+from common import (
+    agent_namespace,
+    api_requests,
+    bench_plane,
+    percentile,
+    requests_per,
+    running_corral,
+    say,
+    write_result,
+)
+from tests.gateway_harness import MODERN, http_client
 
 
 async def agent(url: str, token: str, lights: list[str], until: float, times: list[float], codes: list[str]) -> None:
@@ -58,34 +62,26 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--lights", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--fresh-plane", action="store_true", help="a plane of its own, not `corral dev up`'s")
     args = parser.parse_args()
     lights = [f"light-{i:03d}" for i in range(args.lights)]
-    with bench_plane() as plane, agent_namespace(plane) as (admin, namespace, token):
-        prefix = f"bench-{uuid.uuid4().hex[:6]}"
-        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, dict.fromkeys(lights, "light")):
-            controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log",
-                                           "--intent-ttl", "60")
-            controller.start()
-            gateway = None
-            try:
-                wait_registered(admin, namespace, len(lights))
-                gateway = HttpGateway(plane, namespace, Path(logs) / "gateway.log", "--rate-limit", "0/1")
-                say(f"  {args.agents} agents for {args.seconds:.0f} s")
-                times, codes, elapsed = asyncio.run(run_agents(gateway.url, token, lights, args.agents, args.seconds))
-            finally:
-                if gateway is not None:
-                    gateway.stop()
-                controller.stop()
+    with bench_plane(args.fresh_plane) as plane, agent_namespace(plane) as (admin, namespace, token), \
+            running_corral(plane, admin, namespace, dict.fromkeys(lights, "light"), "--intent-ttl", "60") as (url, _):
+        say(f"  {args.agents} agents for {args.seconds:.0f} s")
+        before = api_requests(plane)
+        times, codes, elapsed = asyncio.run(run_agents(url, token, lights, args.agents, args.seconds))
+        per_call = requests_per(before, api_requests(plane), len(codes))
     executed = codes.count("EXECUTED")
     result = {
         "agents": args.agents, "lights": args.lights, "seconds": round(elapsed, 1), "calls": len(codes),
         "executed": executed, "other_codes": sorted({c for c in codes if c != "EXECUTED"}),
         "intents_per_s": round(executed / elapsed, 1),
         "latency_p50_ms": round(statistics.median(times), 1), "latency_p99_ms": round(percentile(times, 0.99), 1),
+        "api_requests_per_call": round(sum(per_call.values()), 2), "api_requests": per_call,
     }
     print(f"{args.agents} agents, {args.lights} lights: {result['intents_per_s']} Intents/s EXECUTED "
           f"({executed} of {len(codes)} calls in {elapsed:.0f} s); call latency p50 {result['latency_p50_ms']} ms, "
-          f"p99 {result['latency_p99_ms']} ms")
+          f"p99 {result['latency_p99_ms']} ms; API requests per call {result['api_requests_per_call']} {per_call}")
     write_result("throughput", result)
 
 

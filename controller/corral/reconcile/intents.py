@@ -24,6 +24,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
+from corral.api.approval import ApprovalStatus
 from corral.api.codes import API_VERSION, FINAL_PHASES, DecisionCode, event_reason, phase_of
 from corral.api.intent import IntentStatus
 from corral.audit.events import EventRecorder, ObjectRef
@@ -348,11 +349,12 @@ class IntentReconciler:
 
     async def _consume(self, body: Body, approval: str) -> None:
         """Mark the approval used. Best effort: it names this Intent's UID, so it cannot count for another."""
+        status = ApprovalStatus(consumed=True, consumed_at=datetime.now(UTC).replace(microsecond=0),
+                                message=f"Used by Intent {body['metadata']['name']}")
         try:
-            await self.kube.apply_status("approvals", body["metadata"]["namespace"], approval, "Approval", {
-                "consumed": True, "consumedAt": _rfc3339(datetime.now(UTC)),
-                "message": f"Used by Intent {body['metadata']['name']}",
-            }, "approval-consumed")
+            await self.kube.apply_status("approvals", body["metadata"]["namespace"], approval, "Approval",
+                                         status.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                         "approval-consumed")
         except ApiError as err:
             log.warning("could not mark Approval %s used by Intent %s: %s", approval, _name(body), err)
 
@@ -450,7 +452,3 @@ def _name(body: Body) -> str:
 
 def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
