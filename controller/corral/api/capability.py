@@ -25,6 +25,8 @@ class CapabilitySpec(KubeModel):
     model: Text64 = Field(description="Model identifier from the firmware.")
     name: Text64 = Field(description="Product name of the device type.")
     fw: Annotated[str, Field(max_length=64)] = Field(description="Firmware version that announced this contract.")
+    version: int | None = Field(default=None, ge=1, le=2**31 - 1,
+                                description="The contract's version, when it carries one (signed contracts do).")
     sensors: Annotated[list[Sensor], Field(max_length=64)] = Field(default_factory=list, description="Measured quantities.")
     actuators: Annotated[list[Actuator], Field(max_length=64)] = Field(
         default_factory=list, description="What devices of this type can be told to do, each with its risk and level."
@@ -39,6 +41,11 @@ class CapabilitySpec(KubeModel):
     @classmethod
     def from_contract(cls, contract: Contract) -> CapabilitySpec:
         return cls.model_validate({**capability_content(contract), "contentHash": capability_hash(contract)})
+
+    def contract(self, device_id: str) -> Contract:
+        """The contract this Capability holds, as the device `device_id` would announce it (unsigned)."""
+        content = self.model_dump(mode="json", by_alias=False, exclude={"content_hash"}, exclude_none=True)
+        return Contract.model_validate({**content, "device_id": device_id})
 
 
 class CapabilityStatus(KubeModel):

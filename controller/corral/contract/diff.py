@@ -11,7 +11,7 @@ _IGNORED = {"device_id", "signature"}
 
 def contract_diff(old: Contract, new: Contract) -> list[str]:
     lines = []
-    for field in ("name", "model", "fw"):
+    for field in ("name", "model", "fw", "version"):
         before, after = getattr(old, field), getattr(new, field)
         if before != after:
             lines.append(f"{field}: {before} -> {after}")

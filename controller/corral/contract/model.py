@@ -12,26 +12,19 @@ Wire names are snake_case, as the firmware writes them.
 from __future__ import annotations
 
 import math
-import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from corral.contract.allowlist import ACTION_TYPES, ActionKind, ValueType
+from corral.contract.text import safe_or_keep
 
 Risk = Literal["low", "medium", "high", "critical"]
 ActuatorLevel = Literal["write", "config"]
 
 IDENTIFIER_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
 DEVICE_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _no_control_characters(text: str) -> str:
-    if _CONTROL.search(text):
-        raise ValueError("must not contain control characters")
-    return text
-
+ENUM_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,31}$"
 
 Identifier = Annotated[
     str, Field(pattern=IDENTIFIER_PATTERN, max_length=32, description="lower-case identifier, 1-32 characters")
@@ -39,9 +32,13 @@ Identifier = Annotated[
 DeviceId = Annotated[
     str, Field(pattern=DEVICE_ID_PATTERN, description="DNS label: lower-case letters, digits and '-', 1-63 characters")
 ]
-Label = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_no_control_characters)]
-Description = Annotated[str, Field(max_length=512), AfterValidator(_no_control_characters)]
-Unit = Annotated[str, Field(max_length=16), AfterValidator(_no_control_characters)]
+# Device text is made safe before it is checked (contract.text): invisible and bidi characters removed,
+# one line, NFC. The limits apply to what is left.
+Label = Annotated[str, BeforeValidator(safe_or_keep), Field(min_length=1, max_length=64)]
+Description = Annotated[str, BeforeValidator(safe_or_keep), Field(max_length=512)]
+Unit = Annotated[str, BeforeValidator(safe_or_keep), Field(max_length=16)]
+EnumValue = Annotated[str, Field(pattern=ENUM_VALUE_PATTERN, description=(
+    "an enum value: ASCII letters, digits and . _ + -, starting with a letter or digit, 1-32 characters"))]
 
 
 class _Frozen(BaseModel):
@@ -79,8 +76,8 @@ class Actuator(_Frozen):
     name: Label = Field(description="Human-readable name.")
     type: ValueType = Field(description="Type of the target value.")
     action: ActionKind = Field(description="The one action kind that sets this actuator (from the allow-list).")
-    values: list[Label] | None = Field(
-        default=None, max_length=64, description="Allowed values, for type enum (1-64 distinct labels)."
+    values: list[EnumValue] | None = Field(
+        default=None, max_length=64, description="Allowed values, for type enum (1-64 distinct values)."
     )
     range: Range | None = Field(default=None, description="Allowed values, for types number and counter.")
     step: float | None = Field(default=None, gt=0, description="Granularity of a number: values are min + k*step.")
@@ -119,7 +116,7 @@ class EventSpec(_Frozen):
     """A discrete, debounced event the device publishes on its event topic."""
 
     name: Identifier = Field(description="Event name.")
-    values: list[Label] = Field(min_length=1, max_length=16, description="Values the event can carry.")
+    values: list[EnumValue] = Field(min_length=1, max_length=16, description="Values the event can carry.")
     description: Description = Field(default="", description="What the event means, for people and agents.")
 
 
@@ -135,6 +132,13 @@ class Contract(_Frozen):
     sensors: list[Sensor] = Field(default_factory=list, max_length=64, description="Measured quantities.")
     actuators: list[Actuator] = Field(default_factory=list, max_length=64, description="Things it can be told to do.")
     events: list[EventSpec] = Field(default_factory=list, max_length=32, description="Discrete events it publishes.")
+    version: int | None = Field(
+        default=None, ge=1, le=2**31 - 1,
+        description=(
+            "Contract version, raised by every signed release. Signed contracts carry one: the controller refuses "
+            "a signed contract older than the one it accepted (a replay)."
+        ),
+    )
     signature: str | None = Field(
         default=None, max_length=256, description="Base64 Ed25519 signature over the canonical contract without it."
     )

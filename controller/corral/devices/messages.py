@@ -10,9 +10,10 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from corral.contract.model import IDENTIFIER_PATTERN, Contract
+from corral.contract.text import bounded
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_DEPTH = 16
@@ -39,10 +40,20 @@ class Clamped(_Wire):
     applied: Any = None
 
 
+ERROR_TEXT_LIMIT = 300
+
+
+def _error_text(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    return bounded(value, ERROR_TEXT_LIMIT) or "refused without a reason"
+
+
 class Ack(_Wire):
     id: Annotated[str, Field(max_length=64)] | None
     ok: bool
-    error: Annotated[str, Field(max_length=1024)] | None = None
+    # Made safe and cut here, not refused: an ack must not be lost for the wording of its error.
+    error: Annotated[str | None, BeforeValidator(_error_text)] = None
     state: State = Field(default_factory=dict)
     clamped: Clamped | None = None
 

@@ -7,6 +7,7 @@ TYPE = 'blind'
 CONTRACT = {'name': 'Curtain / blind motor',
  'model': 'corral-blind',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'rssi',
               'unit': 'dBm',
               'range': {'min': -100, 'max': 0},

@@ -7,6 +7,7 @@ TYPE = 'door_contact'
 CONTRACT = {'name': 'Door/window contact',
  'model': 'corral-contact',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'battery',
               'unit': '%',
               'range': {'min': 0, 'max': 100},

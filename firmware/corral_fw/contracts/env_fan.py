@@ -7,6 +7,7 @@ TYPE = 'env_fan'
 CONTRACT = {'name': 'Environment sensor with clip fan',
  'model': 'corral-env-fan',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'temperature',
               'unit': '°C',
               'range': {'min': -40, 'max': 85},

@@ -7,6 +7,7 @@ TYPE = 'light'
 CONTRACT = {'name': 'Dimmable light',
  'model': 'corral-light-cct',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'rssi',
               'unit': 'dBm',
               'range': {'min': -100, 'max': 0},

@@ -7,6 +7,7 @@ TYPE = 'lock'
 CONTRACT = {'name': 'Door lock',
  'model': 'corral-lock',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'battery',
               'unit': '%',
               'range': {'min': 0, 'max': 100},

@@ -7,6 +7,7 @@ TYPE = 'pet_feeder'
 CONTRACT = {'name': 'Pet feeder',
  'model': 'corral-feeder',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'food_level',
               'unit': '%',
               'range': {'min': 0, 'max': 100},

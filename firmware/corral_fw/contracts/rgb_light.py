@@ -7,6 +7,7 @@ TYPE = 'rgb_light'
 CONTRACT = {'name': 'RGB light strip',
  'model': 'corral-light-rgb',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'rssi',
               'unit': 'dBm',
               'range': {'min': -100, 'max': 0},

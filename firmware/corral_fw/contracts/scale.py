@@ -7,6 +7,7 @@ TYPE = 'scale'
 CONTRACT = {'name': 'Weight scale',
  'model': 'corral-scale',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'weight',
               'unit': 'g',
               'range': {'min': 0, 'max': 5000},

@@ -7,6 +7,7 @@ TYPE = 'sht30'
 CONTRACT = {'name': 'SHT30 temperature/humidity sensor',
  'model': 'corral-sht30',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'temperature',
               'unit': '°C',
               'range': {'min': -40, 'max': 125},

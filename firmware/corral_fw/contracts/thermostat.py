@@ -7,6 +7,7 @@ TYPE = 'thermostat'
 CONTRACT = {'name': 'Air conditioner / thermostat',
  'model': 'corral-ac',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'temperature',
               'unit': '°C',
               'range': {'min': -20, 'max': 60},

@@ -7,6 +7,7 @@ TYPE = 'water_valve'
 CONTRACT = {'name': 'Water valve with leak probe',
  'model': 'corral-valve',
  'fw': '1.2.0',
+ 'version': 1,
  'sensors': [{'metric': 'flow',
               'unit': 'l/min',
               'range': {'min': 0, 'max': 60},
