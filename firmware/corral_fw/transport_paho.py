@@ -20,10 +20,11 @@ MAX_QUEUED_MESSAGES = 200
 
 class PahoTransport:
     def __init__(self, device: Any, client_id: str, keepalive_s: int = 30,
-                 username: str | None = None, password: str | None = None) -> None:
+                 username: str | None = None, password: str | None = None, tls_context: Any = None) -> None:
         self.device = device
         self.keepalive_s = keepalive_s
         self.connected = False
+        self.refusal: str | None = None  # why the broker refused the last CONNECT, if it did
         self.on_link_change: Callable[[PahoTransport, bool], None] | None = None
         # MQTT 3.1.1, as umqtt speaks it on boards: the firmware behaves the same on both.
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
@@ -31,6 +32,8 @@ class PahoTransport:
         self.client.max_queued_messages_set(MAX_QUEUED_MESSAGES)
         if username is not None:
             self.client.username_pw_set(username, password)
+        if tls_context is not None:  # an ssl.SSLContext that trusts the broker's CA
+            self.client.tls_set_context(tls_context)
         topic, payload = device.will()
         self.client.will_set(topic, payload, qos=1, retain=True)
         self.client.on_connect = self._on_connect
@@ -47,7 +50,9 @@ class PahoTransport:
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any) -> None:
         if reason_code.is_failure:
+            self.refusal = str(reason_code)  # e.g. "Not authorized": the broker closes the connection next
             return
+        self.refusal = None
         self.connected = True
         self.device.on_connect()
         if self.on_link_change is not None:

@@ -27,11 +27,12 @@ import heapq
 import itertools
 import selectors
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,33 +57,49 @@ class FleetError(Exception):
 
 @dataclass(frozen=True)
 class Broker:
+    """Where the devices connect, and as whom: each device with its own account (username = device id,
+    its password from `credentials`, as enrollment issued it), or all with one (`username`, for brokers
+    that do not authenticate devices one by one)."""
+
     host: str
     port: int = DEFAULT_PORT
     username: str | None = None
     password: str | None = None
+    credentials: Mapping[str, str] | None = None  # device id -> password
+    tls: bool = False
+    ca_file: str | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> Broker:
-        """`mqtt://[user[:password]@]host[:port]` (also `tcp://`, or a bare `host[:port]`)."""
+    def from_url(cls, url: str, credentials: Mapping[str, str] | None = None, ca_file: str | None = None) -> Broker:
+        """`mqtt://[user[:password]@]host[:port]` or `mqtts://...` (also `tcp://`, or a bare `host[:port]`)."""
         text = url.strip()
         if "://" not in text:
             text = "mqtt://" + text
         parsed = urllib.parse.urlsplit(text)
-        if parsed.scheme not in ("mqtt", "tcp"):
-            raise FleetError(f"unsupported broker URL {url!r}: use mqtt://host:port (TLS and WebSockets are not supported)")
+        if parsed.scheme not in ("mqtt", "mqtts", "tcp"):
+            raise FleetError(f"unsupported broker URL {url!r}: use mqtt://host:port or mqtts://host:8883 "
+                             "(WebSockets are not supported)")
+        tls = parsed.scheme == "mqtts"
         try:
-            port = parsed.port or DEFAULT_PORT
+            port = parsed.port or (8883 if tls else DEFAULT_PORT)
         except ValueError as err:
             raise FleetError(f"bad broker URL {url!r}: {err}") from err
         if not parsed.hostname:
             raise FleetError(f"bad broker URL {url!r}: no host")
         username = urllib.parse.unquote(parsed.username) if parsed.username else None
         password = urllib.parse.unquote(parsed.password) if parsed.password else None
-        return cls(parsed.hostname, port, username, password)
+        return cls(parsed.hostname, port, username, password, credentials, tls, ca_file)
+
+    def account(self, device_id: str) -> tuple[str | None, str | None]:
+        if self.credentials is not None:
+            if device_id not in self.credentials:
+                raise FleetError(f"no credential for device {device_id}: enroll it (`corral devices enroll`)")
+            return device_id, self.credentials[device_id]
+        return self.username, self.password
 
     @property
     def url(self) -> str:
-        return f"mqtt://{self.host}:{self.port}"
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -155,7 +172,8 @@ class _FleetTransport(PahoTransport):
     """A device's paho transport as the fleet runs it: acks may be held back (the ack-delay fault)."""
 
     def __init__(self, fleet: Fleet, device: Device, client_id: str, keepalive_s: int, broker: Broker) -> None:
-        super().__init__(device, client_id, keepalive_s, broker.username, broker.password)
+        username, password = broker.account(device.device_id)
+        super().__init__(device, client_id, keepalive_s, username, password, fleet.tls_context)
         self.fleet = fleet
 
     def _publish_now(self, topic: str, payload: str, retain: bool, qos: int) -> None:
@@ -179,6 +197,9 @@ class Fleet:
         prefix = self.options.prefix
         if not prefix or "+" in prefix or "#" in prefix or prefix.startswith("/") or prefix.endswith("/"):
             raise FleetError(f"bad topic prefix {prefix!r}: no wildcards (+, #) and no leading or trailing '/'")
+        self.tls_context: ssl.SSLContext | None = None
+        if broker.tls:
+            self.tls_context = ssl.create_default_context(cafile=broker.ca_file)  # one for every device
         self.clock = clock or SystemClock()
         self.log = log or (lambda line: None)
         self.devices: dict[str, SimulatedDevice] = {}
@@ -199,7 +220,8 @@ class Fleet:
         self._started = threading.Event()
         self._retired: list[mqtt.Client] = []
         self.stats = {"boots": 0, "connects": 0, "link_drops": 0, "power_cycles": 0, "connect_failures": 0,
-                      "clean_offline": 0}
+                      "refused": 0, "clean_offline": 0}
+        self._told_refused: set[str] = set()
 
     # Control from any thread -----------------------------------------------------------
 
@@ -327,6 +349,10 @@ class Fleet:
                 continue
             if mask & selectors.EVENT_READ:
                 client.loop_read()
+                sock = client.socket()
+                # TLS may have decrypted more than one read returned; the selector would not say so.
+                while isinstance(sock, ssl.SSLSocket) and sock.pending():
+                    client.loop_read()
             # Flush what reading produced (acks, info/online after CONNACK) before any timer can run.
             if mask & selectors.EVENT_WRITE or client.want_write():
                 client.loop_write()
@@ -423,6 +449,13 @@ class Fleet:
             return
         if self._stop.is_set():
             return
+        refusal = device.transport.refusal if device.transport is not None else None
+        if refusal is not None:
+            self.stats["refused"] += 1
+            if device.device_id not in self._told_refused:
+                self._told_refused.add(device.device_id)
+                self.log(f"the broker refused {device.device_id}: {refusal} (is it enrolled, with this credential?); "
+                         "it keeps retrying")
         if device.next_link_down_s is not None:
             delay, device.next_link_down_s = device.next_link_down_s, None
         else:

@@ -46,7 +46,7 @@ def test_bad_counts_are_refused(bad: str) -> None:
 
 
 def test_unsupported_broker_urls_are_refused() -> None:
-    result = run("--device", "relay", "--mqtt", "mqtts://broker:8883")
+    result = run("--device", "relay", "--mqtt", "ws://broker:8080")
     assert result.exit_code == 1 and "unsupported broker URL" in result.stderr
 
 
@@ -62,6 +62,10 @@ def test_broker_urls() -> None:
     assert Broker.from_url("tcp://broker") == Broker("broker", 1883)
     assert Broker.from_url("localhost:1885") == Broker("localhost", 1885)
     assert Broker.from_url("mqtt://dev:s%40cret@h:1") == Broker("h", 1, "dev", "s@cret")
+    assert Broker.from_url("mqtts://h") == Broker("h", 8883, tls=True)
+    assert Broker.from_url("mqtts://h:1", {"a": "pw"}).account("a") == ("a", "pw")
+    with pytest.raises(FleetError, match="no credential for device b: enroll it"):
+        Broker.from_url("mqtt://h", {"a": "pw"}).account("b")
     for bad in ("ws://h:80", "mqtt://h:notaport", "mqtt://:1883"):
         with pytest.raises(FleetError):
             Broker.from_url(bad)

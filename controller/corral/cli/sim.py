@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ from types import FrameType
 
 import click
 
+from corral.devices.credentials import CredentialsError, read_credentials
 from corral_sim.catalog import CatalogError, contract_for, device_types, normalize_type
 from corral_sim.fleet import Broker, DeviceSpec, Faults, Fleet, FleetError, FleetOptions, device_specs
 from corral_sim.presets import PRESETS, preset
@@ -59,7 +61,18 @@ def _list_devices() -> None:
 @click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS)), help="A ready-made fleet: home = a household of 43 devices in 8 rooms.")
 @click.option("--device", "devices", multiple=True, metavar="TYPE[:N]", help="Simulate devices of TYPE (repeatable); N devices, or --count.")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="Devices per --device TYPE given without :N.")
-@click.option("--mqtt", "mqtt_url", envvar=MQTT_URL_ENV, metavar="URL", help=f"Broker, mqtt://host:port [env {MQTT_URL_ENV}].")
+@click.option("--mqtt", "mqtt_url", envvar=MQTT_URL_ENV, metavar="URL",
+              help=f"Broker, mqtt://host:port or mqtts://host:8883 [env {MQTT_URL_ENV}]; an account in the URL is "
+                   "ignored unless --shared-account.")
+@click.option("--credentials", "credentials_file", envvar="CORRAL_SIM_CREDENTIALS", metavar="FILE",
+              type=click.Path(dir_okay=False),
+              help="Each device's own account, as `corral devices enroll --write FILE` wrote it "
+                   "[env CORRAL_SIM_CREDENTIALS]. Without it devices connect anonymously.")
+@click.option("--mqtt-ca", envvar="CORRAL_MQTT_CA", metavar="FILE", type=click.Path(dir_okay=False, exists=True),
+              help="mqtts://: the CA that signed the broker's certificate [env CORRAL_MQTT_CA].")
+@click.option("--shared-account", is_flag=True,
+              help="Every device connects with the account in the --mqtt URL (brokers that neither authenticate "
+                   "devices one by one nor use usernames as client ids).")
 @click.option("--prefix", default="iot", show_default=True, help="Topic prefix: devices use PREFIX/ID/info, .../cmd, ...")
 @click.option("--telemetry-interval", default=5.0, show_default=True, type=click.FloatRange(min=0.05), metavar="SECONDS", help="Each device publishes telemetry this often.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of sensor noise, input changes and fault timing: same seed, same readings and faults.")
@@ -74,12 +87,14 @@ def sim(
     preset_name: str | None, devices: tuple[str, ...], count: int, mqtt_url: str | None, prefix: str,
     telemetry_interval: float, seed: int, drop_link_every: float | None, link_down: float, ack_delay: int,
     power_cycle_every: float | None, power_off: float, duration: float | None, list_types: bool,
+    credentials_file: str | None, mqtt_ca: str | None, shared_account: bool,
 ) -> None:
     """Run simulated devices: each its own firmware instance with its own MQTT connection.
 
     \b
-    corral sim --preset home
-    corral sim --device env_fan --count 10 --mqtt mqtt://127.0.0.1:1883
+    corral devices enroll relay-1 relay-2 --type relay --write creds.json
+    corral sim --device relay:2 --credentials creds.json
+    corral sim --preset home --credentials home.json --mqtt mqtts://broker:8883 --mqtt-ca ca.crt
     corral sim --device relay:5 --device lock:2 --drop-link-every 60
 
     On Ctrl-C or SIGTERM every device publishes a retained `offline` status and
@@ -94,12 +109,24 @@ def sim(
         raise click.UsageError(f"nothing to simulate: pass --preset home or --device TYPE (types: {', '.join(device_types())})")
     if not mqtt_url:
         raise click.UsageError(f"no broker: pass --mqtt URL or set {MQTT_URL_ENV} (`source .corral/dev/env` after `corral dev up`)")
+    if credentials_file and shared_account:
+        raise click.UsageError("--credentials and --shared-account exclude each other: each device has its own "
+                               "account, or all share the URL's")
     try:
-        broker = Broker.from_url(mqtt_url)
+        credentials = read_credentials(credentials_file) if credentials_file else None
+        broker = Broker.from_url(mqtt_url, credentials, mqtt_ca)
+        if not shared_account:
+            broker = dataclasses.replace(broker, username=None, password=None)
+        if credentials is not None:
+            missing = sorted(spec.device_id for spec in specs if spec.device_id not in credentials)
+            if missing:
+                raise click.UsageError(f"{credentials_file} has no credential for {', '.join(missing[:5])}"
+                                       f"{' and more' if len(missing) > 5 else ''}: enroll them first "
+                                       f"(corral devices enroll NAME --type TYPE --write {credentials_file})")
         faults = Faults(drop_link_every, link_down, ack_delay, power_cycle_every, power_off)
         options = FleetOptions(prefix=prefix, telemetry_interval_s=telemetry_interval, seed=seed, faults=faults)
         fleet = Fleet(specs, broker, options, log=lambda line: click.echo(f"corral sim: {line}", err=True))
-    except (FleetError, CatalogError) as err:
+    except (FleetError, CatalogError, CredentialsError) as err:
         raise click.ClickException(str(err)) from None
     _check_reachable(broker)
 
@@ -110,6 +137,9 @@ def sim(
         err=True,
     )
     click.echo("corral sim: " + ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())), err=True)
+    accounts = ("each device with its own account" if credentials is not None else
+                f"all as {broker.username}" if broker.username else "anonymously")
+    click.echo(f"corral sim: devices connect {accounts}", err=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         fleet.stop()
