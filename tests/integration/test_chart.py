@@ -8,22 +8,30 @@ ClusterRole is sufficient, and refused requests with the same token show it is m
 
 from __future__ import annotations
 
+import base64
+import getpass
 import os
+import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import kubernetes
+import paho.mqtt.client as mqtt
 import pytest
 import yaml
 
 from corral.api.roles import USER_ROLE_RULES
 from corral.cli.main import cli
 from corral.client.intents import decide_on, submit, wait_settled
-from corral.devcluster.plane import DevPlane, Plane
-from corral.devcluster.processes import free_port
+from corral.devcluster import broker, files
+from corral.devcluster.plane import DevPlane, Plane, find_mosquitto
+from corral.devcluster.processes import accepts_connections, free_port
+from tests.broker_harness import dynsec_at
 from tests.controller_harness import CORRAL
 from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
@@ -43,9 +51,14 @@ def helm(request: pytest.FixtureRequest) -> Helm:
     return Helm(helm_binary(lambda line: reporter.write_line(f"[helm] {line}") if reporter else print(line)))
 
 
+# The chart requires contract signatures by default; most variants here are about something else.
+UNSIGNED = "signing.require=false"
+
+
 def render(helm: Helm, *sets: str) -> list[dict[str, Any]]:
+    """The rendered documents; unsigned contracts unless `sets` say otherwise (a later --set wins)."""
     args = ["template", RELEASE, str(CHART), "-n", SYSTEM, "--kube-version", KUBE_VERSION]
-    for value in sets:
+    for value in (UNSIGNED, *sets):
         args += ["--set", value]
     return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
 
@@ -63,6 +76,7 @@ def test_helm_lint_passes_strictly(helm: Helm) -> None:
     (), ("mosquitto.enabled=true",), ("metrics.enabled=true", "metrics.serviceMonitor.enabled=true"),
     ("networkPolicy.enabled=true",), ("controller.watchNamespaces={a,b}",),
     ("signing.require=true", "signing.keysSecret=keys"), ("mqtt.username=u", "mqtt.password=p@ss"),
+    ("mosquitto.enabled=true", "mosquitto.plainListener=true", "mqtt.manageAccounts=true"),
 ])
 def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str, ...]) -> None:
     docs = render(helm, *sets)
@@ -96,6 +110,15 @@ def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[
             command.make_context(args[0], list(args[1:]))  # raises a UsageError on anything corral refuses
 
 
+def test_the_default_install_requires_signed_contracts(helm: Helm) -> None:
+    done = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, check=False)
+    assert done.returncode != 0
+    assert "signing.keysSecret is empty" in done.stderr and "signing.require=false" in done.stderr, done.stderr
+    signed = render(helm, "signing.require=true", "signing.keysSecret=keys")
+    args = find(signed, "Deployment", f"{RELEASE}-controller")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--require-signatures" in args
+
+
 def test_values_outside_the_schema_are_refused(helm: Helm) -> None:
     for bad in ("metrics.port=abc", "nosuchvalue=1"):
         done = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", bad, check=False)
@@ -114,6 +137,77 @@ def test_the_gateway_has_no_rights_of_its_own(helm: Helm) -> None:
     bound = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
              and any(s.get("name") == gateway_sa for s in d.get("subjects") or [])]
     assert bound == []
+
+
+def test_the_bundled_broker_admits_only_its_accounts_over_tls(helm: Helm, tmp_path: Path) -> None:
+    """The bundled Mosquitto exactly as rendered (its mosquitto.conf, generated certificates and the init
+    container's `corral broker init-dynsec`), run by the local mosquitto: an anonymous client is refused,
+    the controller's account is admitted over verified TLS and may run the dynamic security plugin."""
+    docs = render(helm, "mosquitto.enabled=true", "mosquitto.tls.extraNames={127.0.0.1}")
+    config = find(docs, "ConfigMap", f"{RELEASE}-mosquitto")["data"]["mosquitto.conf"]
+    tls = {k: base64.b64decode(v) for k, v in find(docs, "Secret", f"{RELEASE}-mosquitto-tls")["data"].items()}
+    ca = base64.b64decode(find(docs, "Secret", f"{RELEASE}-mosquitto-ca")["data"]["ca.crt"])
+    assert ca == tls["ca.crt"] and b"PRIVATE" not in ca
+    mqtt_secret = find(docs, "Secret", f"{RELEASE}-mqtt")["data"]
+    password = base64.b64decode(mqtt_secret["controller-password"]).decode()
+    url = urlsplit(base64.b64decode(mqtt_secret["url"]).decode())
+    assert (url.scheme, url.port, unquote(url.password or "")) == ("mqtts", 8883, password)
+    assert "allow_anonymous false" in config and "use_username_as_clientid true" in config
+    assert "listener 1883" not in config, "plain MQTT is opt-in (mosquitto.plainListener)"
+
+    root = tmp_path / "mosquitto"
+    for part in ("config", "data", "certs"):
+        (root / part).mkdir(parents=True)
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        (root / "certs" / name).write_bytes(tls[name])
+    port = free_port()
+    local = (config.replace("/mosquitto/", f"{root}/").replace("listener 8883", f"listener {port} 127.0.0.1")
+             .replace(find_plugin_line(config), f"plugin {broker.plugin_path()}"))
+    local += f"\n# Run as root, Mosquitto would switch to a user that cannot read the test's files.\nuser {getpass.getuser()}\n"
+    (root / "config" / "mosquitto.conf").write_text(local)
+    subprocess.run([CORRAL, "broker", "init-dynsec", "--file", str(root / "data" / "dynamic-security.json")],
+                   env={**os.environ, "CORRAL_BROKER_CONTROLLER_PASSWORD": password}, check=True,
+                   capture_output=True)
+    log = root / "mosquitto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([find_mosquitto(), "-c", str(root / "config" / "mosquitto.conf")],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: proc.poll() is None and accepts_connections(port),
+                 f"the rendered broker to listen (log {log})", timeout_s=10)
+        context = ssl.create_default_context(cafile=str(root / "certs" / "ca.crt"))
+        assert _connack(port, context, None, None) in ("Not authorized", "Bad user name or password")
+        assert _connack(port, context, files.BROKER_CONTROLLER, "wrong") in ("Not authorized",
+                                                                             "Bad user name or password")
+        assert _connack(port, context, files.BROKER_CONTROLLER, password) == "Success"
+        answers = dynsec_at(port, (files.BROKER_CONTROLLER, password), [{"command": "listClients"}], tls=context)
+        assert answers[0]["data"]["clients"] == [files.BROKER_CONTROLLER]
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def find_plugin_line(config: str) -> str:
+    return next(line for line in config.splitlines() if line.startswith("plugin "))
+
+
+def _connack(port: int, context: ssl.SSLContext, username: str | None, password: str | None) -> str:
+    """The broker's CONNACK reason for an MQTT 5 client over verified TLS to 127.0.0.1."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username or "", protocol=mqtt.MQTTv5)
+    client.tls_set_context(context)
+    if username is not None:
+        client.username_pw_set(username, password)
+    reason: list[str] = []
+    answered = threading.Event()
+    client.on_connect = lambda _c, _u, _f, code, _p: (reason.append(str(code)), answered.set())
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert answered.wait(10), "no CONNACK"
+        return reason[0]
+    finally:
+        client.disconnect()
+        client.loop_stop()
 
 
 @dataclass
@@ -135,7 +229,7 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         admin = api_client(plane)
         kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": HOME}})
         helm_on_plane = Helm(helm.binary, plane.kubeconfig)
-        helm_on_plane("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", "--set", f"controller.watchNamespaces={{{HOME}}}",
+        helm_on_plane("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", "--set", UNSIGNED, "--set", f"controller.watchNamespaces={{{HOME}}}",
                       "--set", f"controller.deviceNamespace={HOME}", "--set", "policy.intentTTLSeconds=3",
                       "--set", "mqtt.topicPrefix=chart")
         manifest = [d for d in yaml.safe_load_all(helm_on_plane("get", "manifest", RELEASE, "-n", SYSTEM).stdout) if d]
@@ -161,19 +255,20 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     plane, admin = installed.plane, installed.admin
     args = list(installed.controller_args)
     args[args.index("--health-port") + 1] = str(health := free_port())
-    env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "CORRAL_MQTT_URL": plane.mqtt_url}
+    env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "CORRAL_MQTT_URL": plane.mqtt_url_as(files.BROKER_CONTROLLER)}
     agent_token = _user(installed, "agent", "agent-operator")
     approver_token = _user(installed, "approver", "approver")
     agent = api_client(plane, token=agent_token)
     log = tmp_path / "controller.log"
-    with running_fleet(plane, "chart", {"porch-light": "light", "back-lock": "lock"}) as fleet, open(log, "ab") as out:
+    with running_fleet(plane, "chart", {"porch-light": "light", "back-lock": "lock"},
+                       enroll_in=(admin, HOME)) as fleet, open(log, "ab") as out:
         controller = subprocess.Popen([CORRAL, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             wait_for(lambda: healthz(health), f"the controller to start (log {log})", timeout_s=30)
             objects = kubernetes.client.CustomObjectsApi(admin)
             wait_for(lambda: all((objects.get_namespaced_custom_object("corral.dev", "v1alpha1", HOME, "devices", d)
                                   .get("status") or {}).get("inSync") for d in ("porch-light", "back-lock")),
-                     f"the devices to register and sync (log {log})", timeout_s=30)
+                     f"the enrolled devices to sync (log {log})", timeout_s=30)
             requester = f"system:serviceaccount:{HOME}:agent"
             low = {"device": "porch-light", "actuator": "power", "action": "set_state", "params": {"value": True},
                    "reason": "chart test", "requester": requester}
@@ -200,9 +295,10 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
 
 
 @pytest.mark.parametrize(("verb", "group", "resource", "namespace"), [
-    ("get", "", "secrets", SYSTEM), ("list", "", "secrets", HOME), ("delete", "corral.dev", "devices", HOME),
+    ("get", "", "secrets", SYSTEM), ("list", "", "secrets", "default"), ("create", "", "secrets", HOME),
+    ("delete", "corral.dev", "devices", HOME), ("create", "corral.dev", "devices", HOME),
     ("update", "corral.dev", "devices", HOME), ("create", "corral.dev", "intents", HOME),
-    ("create", "corral.dev", "approvals", HOME), ("delete", "corral.dev", "capabilities", None),
+    ("create", "corral.dev", "approvals", HOME), ("update", "corral.dev", "capabilities", None),
     ("create", "", "pods", HOME), ("list", "", "configmaps", HOME), ("create", "rbac.authorization.k8s.io", "rolebindings", HOME),
     ("impersonate", "", "users", None), ("create", "authentication.k8s.io", "tokenreviews", None),
 ])

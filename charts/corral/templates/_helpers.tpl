@@ -61,7 +61,7 @@ app.kubernetes.io/component: {{ $component }}
 
 {{/* Settings derived from several values ------------------------------------------------------------- */}}
 
-{{/* The namespace where discovered Devices are registered. */}}
+{{/* The namespace the home's devices are enrolled in: always watched, the gateway's default. */}}
 {{- define "corral.deviceNamespace" -}}
 {{- .Values.controller.deviceNamespace | default .Release.Namespace }}
 {{- end }}
@@ -86,17 +86,107 @@ app.kubernetes.io/component: {{ $component }}
 
 {{- define "corral.mqttUrlDefault" -}}mqtt://mosquitto:1883{{- end }}
 
-{{/* The broker URL without credentials: mqtt.url, or the bundled broker when it is on and mqtt.url is the default. */}}
+{{/* The controller's account on a broker Corral manages (controller/corral/devcluster/files.py BROKER_CONTROLLER). */}}
+{{- define "corral.brokerController" -}}corral-controller{{- end }}
+
+{{/* "true" when the controller uses the bundled Mosquitto: it is on and mqtt.url is left at its default. */}}
+{{- define "corral.bundledBroker" -}}
+{{- if and .Values.mosquitto.enabled (eq .Values.mqtt.url (include "corral.mqttUrlDefault" .)) }}true{{ end }}
+{{- end }}
+
+{{/* The bundled broker's Service name, and the names its generated certificate is for. */}}
+{{- define "corral.mosquittoName" -}}
+{{- include "corral.componentName" (list . "mosquitto") }}
+{{- end }}
+
+{{- define "corral.mosquittoServerNames" -}}
+{{- $svc := include "corral.mosquittoName" . }}
+{{- $ns := .Release.Namespace }}
+{{- toJson (concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.mosquitto.tls.extraNames | uniq) }}
+{{- end }}
+
+{{/*
+What the chart generates, made once per render (every template sees the same values) and kept across
+upgrades with `lookup` (which answers nothing under `helm template`: then it is new every time):
+  controllerPassword  the controller's account on the bundled broker (Secret <fullname>-mqtt, key controller-password)
+  tls                 the bundled broker's CA and server certificate, unless mosquitto.tls.secretName
+                      (Secret <fullname>-mosquitto-tls; a new certificate from the same CA when the names change)
+Returned as JSON; the memo lives in .Values, which every template of a render shares.
+*/}}
+{{- define "corral.generated" -}}
+{{- if not (hasKey .Values "__corralGenerated") }}
+{{- $g := dict }}
+{{- if .Values.mosquitto.enabled }}
+{{- $mqtt := lookup "v1" "Secret" .Release.Namespace (include "corral.componentName" (list . "mqtt")) }}
+{{- $kept := (($mqtt | default dict).data | default dict) }}
+{{- if hasKey $kept "controller-password" }}
+{{- $_ := set $g "controllerPassword" (index $kept "controller-password" | b64dec) }}
+{{- else }}
+{{- $_ := set $g "controllerPassword" (randAlphaNum 32) }}
+{{- end }}
+{{- if not .Values.mosquitto.tls.secretName }}
+{{- $names := include "corral.mosquittoServerNames" . | fromJsonArray }}
+{{- $ips := list }}
+{{- $dns := list }}
+{{- range $names }}
+{{- if regexMatch "^([0-9]{1,3}(\\.[0-9]{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)$" . }}
+{{- $ips = append $ips . }}
+{{- else }}
+{{- $dns = append $dns . }}
+{{- end }}
+{{- end }}
+{{- $namesKey := join "," $names }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "corral.componentName" (list . "mosquitto-tls")) | default dict }}
+{{- $oldData := $old.data | default dict }}
+{{- $oldNames := ((($old.metadata | default dict).annotations | default dict) | dig "corral.dev/server-names" "") }}
+{{- $tls := dict "names" $namesKey }}
+{{- if and (hasKey $oldData "ca.crt") (hasKey $oldData "ca.key") (hasKey $oldData "tls.crt") (hasKey $oldData "tls.key") }}
+{{- $_ := set $tls "caCert" (index $oldData "ca.crt" | b64dec) }}
+{{- $_ := set $tls "caKey" (index $oldData "ca.key" | b64dec) }}
+{{- if eq $oldNames $namesKey }}
+{{- $_ := set $tls "cert" (index $oldData "tls.crt" | b64dec) }}
+{{- $_ := set $tls "key" (index $oldData "tls.key" | b64dec) }}
+{{- else }}
+{{- $ca := buildCustomCert (index $oldData "ca.crt") (index $oldData "ca.key") }}
+{{- $cert := genSignedCert (first $dns) $ips $dns 3650 $ca }}
+{{- $_ := set $tls "cert" $cert.Cert }}
+{{- $_ := set $tls "key" $cert.Key }}
+{{- end }}
+{{- else }}
+{{- $ca := genCA (printf "%s CA" (include "corral.mosquittoName" .)) 3650 }}
+{{- $cert := genSignedCert (first $dns) $ips $dns 3650 $ca }}
+{{- $_ := set $tls "caCert" $ca.Cert }}
+{{- $_ := set $tls "caKey" $ca.Key }}
+{{- $_ := set $tls "cert" $cert.Cert }}
+{{- $_ := set $tls "key" $cert.Key }}
+{{- end }}
+{{- $_ := set $g "tls" $tls }}
+{{- end }}
+{{- end }}
+{{- $_ := set .Values "__corralGenerated" $g }}
+{{- end }}
+{{- toJson (index .Values "__corralGenerated") }}
+{{- end }}
+
+{{/* The broker URL without credentials: mqtt.url, or the bundled broker's TLS listener. */}}
 {{- define "corral.mqttBaseUrl" -}}
-{{- if and .Values.mosquitto.enabled (eq .Values.mqtt.url (include "corral.mqttUrlDefault" .)) }}
-{{- printf "mqtt://%s:1883" (include "corral.componentName" (list . "mosquitto")) }}
+{{- if include "corral.bundledBroker" . }}
+{{- printf "mqtts://%s:8883" (include "corral.mosquittoName" .) }}
 {{- else }}
 {{- .Values.mqtt.url }}
 {{- end }}
 {{- end }}
 
-{{/* The broker URL with the credentials of mqtt.username/password, URL-encoded (a space as %20, not +). */}}
+{{/* The broker URL with the controller's credentials: the bundled broker's generated account, or
+mqtt.username/password URL-encoded (a space as %20, not +). */}}
 {{- define "corral.mqttUrl" -}}
+{{- if include "corral.bundledBroker" . }}
+{{- if or .Values.mqtt.username .Values.mqtt.password }}
+{{- fail "mqtt.username/mqtt.password are for a broker of your own: with mosquitto.enabled (and mqtt.url at its default) the controller uses the bundled broker's account corral-controller, whose password the chart generates. Leave them empty." }}
+{{- end }}
+{{- $password := (include "corral.generated" . | fromJson).controllerPassword }}
+{{- printf "mqtts://%s:%s@%s:8883" (include "corral.brokerController" .) $password (include "corral.mosquittoName" .) }}
+{{- else }}
 {{- $base := include "corral.mqttBaseUrl" . }}
 {{- $u := urlParse $base }}
 {{- if not (regexMatch "^mqtts?$" $u.scheme) }}
@@ -117,6 +207,34 @@ app.kubernetes.io/component: {{ $component }}
 {{- printf "%s://%s@%s%s" $u.scheme $cred $u.host $u.path }}{{ if $u.query }}?{{ $u.query }}{{ end }}
 {{- else }}
 {{- $base }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret and key of the CA the controller verifies the broker with (--mqtt-ca), as JSON; {} for none
+(the system's CAs). mqtt.caSecret, else the bundled broker's CA when the controller uses it. */}}
+{{- define "corral.mqttCa" -}}
+{{- if .Values.mqtt.caSecret }}
+{{- toJson (dict "secret" .Values.mqtt.caSecret "key" .Values.mqtt.caSecretKey) }}
+{{- else if include "corral.bundledBroker" . }}
+{{- toJson (dict "secret" (.Values.mosquitto.tls.secretName | default (include "corral.componentName" (list . "mosquitto-ca"))) "key" "ca.crt") }}
+{{- else }}
+{{- toJson dict }}
+{{- end }}
+{{- end }}
+
+{{/* Refusals that concern several values, with what to set instead. Included by the controller Deployment. */}}
+{{- define "corral.checks" -}}
+{{- if and .Values.signing.require (not .Values.signing.keysSecret) }}
+{{- fail "signing.require is true (the default), so the controller refuses device contracts without a valid signature, but signing.keysSecret is empty. Set signing.keysSecret to a Secret in the release namespace whose data entries are the trusted base64 Ed25519 public keys (kubectl create secret generic corral-signing-keys -n NAMESPACE --from-file=KEY_NAME=PUBLIC_KEY_FILE), or set signing.require=false to accept unsigned contracts (only on a network you trust)." }}
+{{- end }}
+{{- if .Values.mosquitto.enabled }}
+{{- if .Values.mqtt.existingSecret }}
+{{- fail "mqtt.existingSecret cannot be used with mosquitto.enabled: the chart generates the controller's account on the bundled broker into its own Secret <fullname>-mqtt. Leave mqtt.existingSecret empty." }}
+{{- end }}
+{{- if and (include "corral.bundledBroker" .) (not .Values.mqtt.manageAccounts) }}
+{{- fail "mqtt.manageAccounts=false cannot be used with the bundled broker: it admits only the accounts the controller makes for enrolled devices, so no device could connect. Leave mqtt.manageAccounts true, or use a broker of your own (mqtt.url)." }}
+{{- end }}
 {{- end }}
 {{- end }}
 
