@@ -109,7 +109,7 @@ def running_corral(plane: Plane, admin: Any, namespace: str, devices: dict[str, 
     from tests.gateway_harness import HttpGateway
 
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
-    with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, devices):
+    with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, devices, enroll_in=(admin, namespace)):
         controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log", *controller_args)
         controller.start()
         gateway = None

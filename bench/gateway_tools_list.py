@@ -69,7 +69,7 @@ def main() -> None:
         fleet = {f"d{i:05d}": TYPES[i % len(TYPES)] for i in range(args.devices)}
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
         runs = []
-        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, fleet):
+        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, fleet, enroll_in=(admin, namespace)):
             controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
             controller.start()
             try:

@@ -37,7 +37,7 @@ def main() -> None:
         operator = api_client(plane, token=token)
         requester = f"system:serviceaccount:{namespace}:agent"
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
-        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, {"bench-light": "light"}):
+        with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, {"bench-light": "light"}, enroll_in=(admin, namespace)):
             controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log")
             controller.start()
             try:

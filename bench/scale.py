@@ -64,7 +64,8 @@ def one_size(plane, size: int) -> dict[str, float]:
     with agent_namespace(plane) as (admin, namespace, token), tempfile.TemporaryDirectory() as logs:
         prefix = f"scale-{uuid.uuid4().hex[:6]}"
         fleet = {f"d{i:05d}": TYPES[i % len(TYPES)] for i in range(size)}
-        with running_fleet(plane, prefix, fleet, telemetry_interval_s=30.0, connect_spread_s=size / 500):
+        with running_fleet(plane, prefix, fleet, telemetry_interval_s=30.0, connect_spread_s=size / 500,
+                           enroll_in=(admin, namespace)):
             time.sleep(size / 500 + 2)  # the fleet is connected before the controller starts
             metrics = free_port()
             controller, started = start_controller(plane, namespace, prefix, Path(logs), metrics)

@@ -61,10 +61,11 @@ def main() -> None:
                 say(f"case {case}: {args.devices} devices at 1 Hz")
                 if case == "natural":
                     devices = running_fleet(plane, prefix, dict.fromkeys(ids, "sht30"), telemetry_interval_s=1.0,
-                                            connect_spread_s=2.0)
+                                            connect_spread_s=2.0, enroll_in=(admin, namespace))
                 else:
                     devices = played_thermometers(plane, prefix, ids, (lambda _d, _s: 21.5) if case == "still" else
-                                                  (lambda _d, s: 10.0 if s % 2 else 60.0))
+                                                  (lambda _d, s: 10.0 if s % 2 else 60.0),
+                                                  enroll_in=(admin, namespace))
                 with devices:
                     results[case] = measure(plane, admin, namespace, prefix, len(ids), args.window, Path(logs))
             say(f"  {case}: {results[case]:.2f} status writes per device per minute")

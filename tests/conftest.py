@@ -9,8 +9,6 @@ other cluster.
 from __future__ import annotations
 
 import os
-import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +16,10 @@ import kubernetes
 import pytest
 from hypothesis import settings
 
-from corral.api import KINDS
 from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.client.install import install_api
 from corral.devcluster.plane import DevPlane, Plane
-from tests.harness import api_client, wait_for
+from tests.harness import api_client, fresh_namespace, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLANE_SUMMARY = pytest.StashKey[list[str]]()
@@ -117,27 +114,9 @@ def _policies_enforced(kube: kubernetes.client.ApiClient) -> bool:
 
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, kube: kubernetes.client.ApiClient) -> Iterator[str]:
-    """A fresh namespace for one test.
-
-    The plane runs no namespace controller, so a deleted namespace stays
-    Terminating with its objects; unique names keep tests apart regardless.
-    """
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
-    name = f"t-{slug}-{uuid.uuid4().hex[:6]}".replace("--", "-")
-    core = kubernetes.client.CoreV1Api(kube)
-    core.create_namespace({"metadata": {"name": name, "labels": {"corral.dev/test": "true"}}})
-    yield name
-    # No namespace controller runs, so deleting the namespace alone would leave its Devices
-    # behind for later controllers (on a reused `corral dev up` plane) to find.
-    objects = kubernetes.client.CustomObjectsApi(kube)
-    for kind in KINDS:
-        if kind.scope == "Namespaced":
-            try:
-                objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, kind.plural)
-            except kubernetes.client.ApiException as err:
-                if err.status != 404:  # the CRDs are not installed in every test run
-                    raise
-    core.delete_namespace(name)
+    """A fresh namespace for one test."""
+    with fresh_namespace(kube, request.node.name) as name:
+        yield name
 
 
 def _describe(plane: Plane) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 import kubernetes
 
 from corral.api.codes import GROUP, VERSION
+from corral.devcluster.files import BROKER_CONTROLLER
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.harness import healthz, wait_for
@@ -39,7 +40,7 @@ class ControllerProcess:
 
     def start(self) -> None:
         argv = [
-            CORRAL, "run", "--mqtt", self.plane.mqtt_url, "--namespace", self.namespace,
+            CORRAL, "run", "--mqtt", self.plane.mqtt_url_as(BROKER_CONTROLLER),
             "--watch-namespace", self.namespace, "--topic-prefix", self.prefix,
             "--health-port", str(self.health_port), "--command-timeout", "4", *self.extra,
         ]

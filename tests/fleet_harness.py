@@ -7,9 +7,9 @@ of its own; `on_fleet` runs code on that thread, where the firmware lives.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -18,8 +18,11 @@ from typing import Any, TypeVar
 
 import paho.mqtt.client as mqtt
 
+from corral.client.enroll import enroll
 from corral.devcluster.plane import Plane
 from corral_sim.fleet import Broker, DeviceSpec, Fleet, FleetOptions
+from tests.broker_harness import Broker as TestBroker
+from tests.broker_harness import device_accounts, observer
 
 T = TypeVar("T")
 
@@ -51,7 +54,9 @@ class Watcher:
         self._messages: list[Message] = []
         self._changed = threading.Condition()
         subscribed = threading.Event()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-{name}", protocol=mqtt.MQTTv311)
+        username, password = observer(plane, name)
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username, protocol=mqtt.MQTTv311)
+        self.client.username_pw_set(username, password)
         self.client.on_message = self._on_message
         self.client.on_subscribe = lambda *_: subscribed.set()
         self.client.connect("127.0.0.1", plane.mqtt_port, keepalive=10)
@@ -111,7 +116,9 @@ def retained(plane: Plane, topic: str, timeout_s: float = 5.0) -> Message:
     """What a client subscribing now gets as the retained message of topic."""
     got: list[Message] = []
     arrived = threading.Event()
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"late-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv311)
+    username, password = observer(plane, "late")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username, protocol=mqtt.MQTTv311)
+    client.username_pw_set(username, password)
 
     def on_message(_c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
         got.append(Message(message.topic, message.payload, bool(message.retain), time.monotonic()))
@@ -129,12 +136,35 @@ def retained(plane: Plane, topic: str, timeout_s: float = 5.0) -> Message:
         client.loop_stop()
 
 
+def enroll_devices(kube: Any, namespace: str, devices: dict[str, str]) -> dict[str, str]:
+    """Enroll the devices (id -> type) as a person would: their Devices and credentials. id -> password."""
+    return {device_id: enroll(kube, namespace, device_id, device_type).password
+            for device_id, device_type in devices.items()}
+
+
 @contextmanager
-def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], **options: Any) -> Iterator[Fleet]:
-    """devices: id -> type. Runs the fleet on a thread of its own until the block ends (then stops it cleanly)."""
+def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], *, enroll_in: tuple[Any, str] | None = None,
+                  credentials: dict[str, str] | None = None, **options: Any) -> Iterator[Fleet]:
+    """devices: id -> type. Runs the fleet on a thread of its own until the block ends (then stops it cleanly).
+
+    Every device connects with an account of its own. `enroll_in` (an admin client, a namespace): the devices
+    are enrolled there first, as a person would (Devices and credentials, which the controller keeps the
+    broker's accounts from); `credentials` (id -> password): they were enrolled already; neither (tests of the
+    firmware alone, no controller on this prefix): they only get broker accounts. Either way the accounts are
+    made at once, so the devices need not wait for a controller to make them.
+    """
+    if enroll_in is not None:
+        passwords = enroll_devices(enroll_in[0], enroll_in[1], devices)
+    elif credentials is not None:
+        passwords = dict(credentials)
+    else:
+        passwords = {device_id: secrets.token_urlsafe(16) for device_id in devices}
+    device_accounts(plane, prefix, passwords)
     specs = [DeviceSpec(device_type, device_id) for device_id, device_type in devices.items()]
-    settings = {"prefix": prefix, "reconnect_min_s": 0.2, "connect_spread_s": 0.1, "auto_inputs": False, **options}
-    fleet = Fleet(specs, Broker("127.0.0.1", plane.mqtt_port), FleetOptions(**settings))
+    settings = {"prefix": prefix, "reconnect_min_s": 0.2, "reconnect_max_s": 2.0, "connect_spread_s": 0.1,
+                "auto_inputs": False, **options}
+    broker = Broker("127.0.0.1", plane.mqtt_port, credentials=passwords)
+    fleet = Fleet(specs, broker, FleetOptions(**settings))
     thread = threading.Thread(target=fleet.run, name="fleet", daemon=True)
     thread.start()
     try:
@@ -177,10 +207,13 @@ def hardware_applies(fleet: Fleet, device_id: str) -> list[tuple[str, Any]]:
     return on_fleet(fleet, lambda: [(a, v) for a, v, _units in fleet.devices[device_id].board.applied])
 
 
-def publish(port: int, messages: list[tuple[str, str | bytes, bool]]) -> None:
-    """Publish (topic, payload, retain) messages with QoS 1 from a short-lived client, and wait until sent."""
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"pub-{uuid.uuid4().hex[:8]}")
-    client.connect("127.0.0.1", port)
+def publish(plane: TestBroker, messages: list[tuple[str, str | bytes, bool]]) -> None:
+    """Publish (topic, payload, retain) messages with QoS 1 from a short-lived client that may use every
+    topic (the test plays a device, or the broker's admin), and wait until sent."""
+    username, password = observer(plane, "pub")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username)
+    client.username_pw_set(username, password)
+    client.connect("127.0.0.1", plane.mqtt_port)
     client.loop_start()
     try:
         for topic, payload, retain in messages:
@@ -192,8 +225,8 @@ def publish(port: int, messages: list[tuple[str, str | bytes, bool]]) -> None:
 
 def announce(plane: Plane, prefix: str, device_id: str, info: dict[str, Any]) -> None:
     """What a device does on connect, from a test: retained info (any contract, valid or not) and online."""
-    publish(plane.mqtt_port, [(f"{prefix}/{device_id}/info", json.dumps(info), True),
-                              (f"{prefix}/{device_id}/status", "online", True)])
+    publish(plane, [(f"{prefix}/{device_id}/info", json.dumps(info), True),
+                    (f"{prefix}/{device_id}/status", "online", True)])
 
 
 THERMOMETER = {"name": "Thermometer", "model": "played-thermometer", "fw": "1.0.0",
@@ -201,14 +234,19 @@ THERMOMETER = {"name": "Thermometer", "model": "played-thermometer", "fw": "1.0.
 
 
 @contextmanager
-def played_thermometers(plane: Plane, prefix: str, ids: list[str], value: Callable[[str, int], float]) -> Iterator[None]:
+def played_thermometers(plane: Plane, prefix: str, ids: list[str], value: Callable[[str, int], float],
+                        enroll_in: tuple[Any, str] | None = None) -> Iterator[None]:
     """Sensor-only devices played from the test, with readings it chooses: each announces itself, sends
     `value(device_id, second)` at 1 Hz, and acks every command with its (empty) state, as firmware does
-    (the controller reads a device's state before it writes its status)."""
+    (the controller reads a device's state before it writes its status). `enroll_in` as for running_fleet."""
+    if enroll_in is not None:
+        enroll_devices(enroll_in[0], enroll_in[1], dict.fromkeys(ids, "thermometer"))
     for device_id in ids:
         announce(plane, prefix, device_id, {**THERMOMETER, "device_id": device_id})
     stop = threading.Event()
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-played")
+    username, password = observer(plane, "played")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username)
+    client.username_pw_set(username, password)
 
     def ack(_c: object, _u: object, message: mqtt.MQTTMessage) -> None:
         command = json.loads(message.payload)

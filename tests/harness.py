@@ -10,12 +10,16 @@ import re
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import kubernetes
 
+from corral.api import KINDS
+from corral.api.codes import GROUP, VERSION
 from corral.client.apply import apply_yaml as apply
 from corral.devcluster.plane import Plane
 
@@ -158,3 +162,30 @@ def healthz(port: int) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+@contextmanager
+def fresh_namespace(kube: kubernetes.client.ApiClient, label: str) -> Iterator[str]:
+    """A new namespace named after `label` (a test's name) until the block ends.
+
+    The plane runs no namespace controller, so a deleted namespace stays Terminating with its objects;
+    unique names keep tests apart regardless.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:40]
+    name = f"t-{slug}-{uuid.uuid4().hex[:6]}".replace("--", "-")
+    core = kubernetes.client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name, "labels": {"corral.dev/test": "true"}}})
+    try:
+        yield name
+    finally:
+        # No namespace controller runs, so deleting the namespace alone would leave its Devices
+        # behind for later controllers (on a reused `corral dev up` plane) to find.
+        objects = kubernetes.client.CustomObjectsApi(kube)
+        for kind in KINDS:
+            if kind.scope == "Namespaced":
+                try:
+                    objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, kind.plural)
+                except kubernetes.client.ApiException as err:
+                    if err.status != 404:  # the CRDs are not installed in every test run
+                        raise
+        core.delete_namespace(name)

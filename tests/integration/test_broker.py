@@ -1,4 +1,7 @@
-"""The broker is a real Mosquitto: publish/subscribe, retained messages and Last Will, as devices will use them."""
+"""The broker is a real Mosquitto: publish/subscribe, retained messages and Last Will, as devices will use them.
+
+Every client here is a broker account that may use every topic (tests/broker_harness.py); what the
+accounts of enrolled devices may not do is tests/integration/test_device_trust.py."""
 
 from __future__ import annotations
 
@@ -10,12 +13,15 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from corral.devcluster.plane import Plane
+from tests.broker_harness import observer
 
 pytestmark = pytest.mark.integration
 
 
-def _connected(plane: Plane, client_id: str, will: tuple[str, bytes] | None = None) -> mqtt.Client:
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+def _connected(plane: Plane, name: str, will: tuple[str, bytes] | None = None) -> mqtt.Client:
+    username, password = observer(plane, name)
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username, protocol=mqtt.MQTTv5)
+    client.username_pw_set(username, password)
     if will is not None:
         client.will_set(will[0], will[1], qos=1, retain=True)
     client.connect("127.0.0.1", plane.mqtt_port, keepalive=5)
@@ -39,8 +45,8 @@ def prefix() -> Iterator[str]:
 
 
 def test_publish_subscribe_round_trip(plane: Plane, prefix: str) -> None:
-    subscriber = _connected(plane, f"{prefix}-sub")
-    publisher = _connected(plane, f"{prefix}-pub")
+    subscriber = _connected(plane, "sub")
+    publisher = _connected(plane, "pub")
     try:
         inbox = _inbox(subscriber, f"{prefix}/+/cmd")
         publisher.publish(f"{prefix}/dev1/cmd", b'{"id": "c-1", "cmd": "set_level"}', qos=1).wait_for_publish(5)
@@ -54,12 +60,12 @@ def test_publish_subscribe_round_trip(plane: Plane, prefix: str) -> None:
 
 
 def test_retained_message_reaches_a_late_subscriber(plane: Plane, prefix: str) -> None:
-    device = _connected(plane, f"{prefix}-device")
+    device = _connected(plane, "device")
     device.publish(f"{prefix}/dev1/info", b'{"device_id": "dev1"}', qos=1, retain=True).wait_for_publish(5)
     device.loop_stop()
     device.disconnect()
 
-    late = _connected(plane, f"{prefix}-late")
+    late = _connected(plane, "late")
     try:
         message = _inbox(late, f"{prefix}/+/info").get(timeout=5)
         assert message.retain and message.payload == b'{"device_id": "dev1"}'
@@ -69,8 +75,8 @@ def test_retained_message_reaches_a_late_subscriber(plane: Plane, prefix: str) -
 
 
 def test_last_will_is_published_when_a_device_vanishes(plane: Plane, prefix: str) -> None:
-    watcher = _connected(plane, f"{prefix}-watcher")
-    device = _connected(plane, f"{prefix}-device", will=(f"{prefix}/dev1/status", b"offline"))
+    watcher = _connected(plane, "watcher")
+    device = _connected(plane, "device", will=(f"{prefix}/dev1/status", b"offline"))
     try:
         inbox = _inbox(watcher, f"{prefix}/dev1/status")
         # Drop the TCP connection without DISCONNECT, as a device losing power would.

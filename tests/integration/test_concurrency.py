@@ -56,7 +56,7 @@ def lab(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, t
     grant(plane, corral_api, namespace, "operator", "[get, list, read, write]", "[get]", "write")
     token = service_account_token(corral_api, namespace, "operator")
     prefix = f"conc-{uuid.uuid4().hex[:6]}"
-    with running_fleet(plane, prefix, dict.fromkeys(lights, "light")) as fleet:
+    with running_fleet(plane, prefix, dict.fromkeys(lights, "light"), enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.api.codes import GROUP, VERSION
+from corral.client.enroll import enroll
 from corral.contract.model import Contract
 from corral.contract.signature import sign
 from corral.devcluster.plane import Plane
@@ -39,6 +40,7 @@ from tests.controller_harness import (
 from tests.fleet_harness import (
     THERMOMETER,
     announce,
+    enroll_devices,
     hardware_applies,
     on_fleet,
     played_thermometers,
@@ -59,17 +61,17 @@ def reported(client: kubernetes.client.ApiClient, namespace: str, name: str) -> 
     return (device(client, namespace, name).get("status") or {}).get("reported") or {}
 
 
-def test_home_preset_registers_every_device_online_and_identical_devices_share_a_capability(
+def test_every_enrolled_device_of_the_home_preset_comes_online_and_identical_devices_share_a_capability(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
 ) -> None:
     specs = preset("home")
     home = {spec.device_id: spec.device_type for spec in specs}
-    with running_fleet(plane, prefix, home, telemetry_interval_s=5.0), \
+    with running_fleet(plane, prefix, home, telemetry_interval_s=5.0, enroll_in=(corral_api, namespace)), \
             running_controller(plane, namespace, prefix, tmp_path):
         listed = wait_for(
             lambda: (found := devices(corral_api, namespace)) and len(found) == len(home)
             and all((d.get("status") or {}).get("online") for d in found.values()) and found,
-            f"all {len(home)} devices registered and online", timeout_s=60,
+            f"all {len(home)} enrolled devices online", timeout_s=60,
         )
         assert set(listed) == set(home)
         capability_of = {name: d["status"]["capability"] for name, d in listed.items()}
@@ -93,7 +95,8 @@ def test_a_new_target_reaches_the_device_once_even_if_the_controller_is_killed_b
     # Acks are held back 2.5 s, so the controller can be killed after the device executed
     # and before the controller heard about it.
     fleet_devices = {"desk-light": "light", "desk-fan": "env_fan"}
-    with running_fleet(plane, prefix, fleet_devices, faults=Faults(ack_delay_ms=2500)) as fleet:
+    with running_fleet(plane, prefix, fleet_devices, faults=Faults(ack_delay_ms=2500),
+                       enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:
@@ -131,7 +134,7 @@ def test_a_new_target_reaches_the_device_once_even_if_the_controller_is_killed_b
 def test_offline_shows_within_the_will_and_a_returning_device_gets_its_pending_target(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
 ) -> None:
-    with running_fleet(plane, prefix, {"porch-light": "light"}) as fleet, \
+    with running_fleet(plane, prefix, {"porch-light": "light"}, enroll_in=(corral_api, namespace)) as fleet, \
             running_controller(plane, namespace, prefix, tmp_path):
         wait_for(lambda: (device(corral_api, namespace, "porch-light").get("status") or {}).get("online") is True,
                  "the light online", timeout_s=30)
@@ -186,7 +189,8 @@ def test_a_contract_with_an_unknown_action_kind_is_refused_and_the_device_stays_
 def test_a_changed_contract_is_recorded_with_its_diff(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
 ) -> None:
-    with running_fleet(plane, prefix, {"attic-fan": "env_fan"}), running_controller(plane, namespace, prefix, tmp_path):
+    with running_fleet(plane, prefix, {"attic-fan": "env_fan"}, enroll_in=(corral_api, namespace)), \
+            running_controller(plane, namespace, prefix, tmp_path):
         first = wait_for(lambda: (device(corral_api, namespace, "attic-fan").get("status") or {}).get("capability"),
                          "the first capability", timeout_s=30)
         upgraded = dict(contract_for("env_fan"))
@@ -213,7 +217,8 @@ def test_status_writes_stay_within_budget_and_stop_when_nothing_changes(
     """
     fleet_devices = {f"probe-{i:03d}": "sht30" for i in range(200)}
     deadbands = ("--deadband", "rssi=20", "--deadband", "humidity=10")
-    with running_fleet(plane, prefix, fleet_devices, telemetry_interval_s=1.0, connect_spread_s=2.0), \
+    with running_fleet(plane, prefix, fleet_devices, telemetry_interval_s=1.0, connect_spread_s=2.0,
+                       enroll_in=(corral_api, namespace)), \
             running_controller(plane, namespace, prefix, tmp_path, *deadbands):
         wait_for(lambda: len([d for d in devices(corral_api, namespace).values()
                               if (d.get("status") or {}).get("sensors")]) == 200,
@@ -233,7 +238,8 @@ def test_no_status_writes_at_all_while_nothing_changes(
     """Devices keep sending telemetry at 1 Hz, always the same values: after the first write, silence."""
     ids = [f"still-{i}" for i in range(10)]
     reading = dict.fromkeys(ids, 21.5)
-    with played_thermometers(plane, prefix, ids, lambda device_id, _second: reading[device_id]), \
+    with played_thermometers(plane, prefix, ids, lambda device_id, _second: reading[device_id],
+                             enroll_in=(corral_api, namespace)), \
             running_controller(plane, namespace, prefix, tmp_path):
         wait_for(lambda: len([d for d in devices(corral_api, namespace).values()
                               if (d.get("status") or {}).get("sensors")]) == len(ids),
@@ -252,7 +258,8 @@ def test_no_status_writes_at_all_while_nothing_changes(
 def test_a_device_changed_by_hand_is_driven_back_under_enforce_and_left_alone_under_observe(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
 ) -> None:
-    with running_fleet(plane, prefix, {"hall-light": "light", "hall-fan": "env_fan"}) as fleet, \
+    with running_fleet(plane, prefix, {"hall-light": "light", "hall-fan": "env_fan"},
+                       enroll_in=(corral_api, namespace)) as fleet, \
             running_controller(plane, namespace, prefix, tmp_path):
         wait_for(lambda: len(devices(corral_api, namespace)) == 2, "both devices registered", timeout_s=30)
         set_target(corral_api, namespace, "hall-light", {"power": True})
@@ -303,7 +310,9 @@ def test_a_device_made_by_a_person_binds_when_its_device_appears(
         waiting = wait_for(lambda: (device(corral_api, namespace, "reading-lamp").get("status") or {}).get("conditions"),
                            "a waiting status", timeout_s=20)
         assert any(c["reason"] == "WaitingForDevice" for c in waiting)
-        with running_fleet(plane, prefix, {"lamp-7f3a": "light"}) as fleet:
+        credential = enroll(corral_api, namespace, "reading-lamp", "light", device_id="lamp-7f3a")
+        with running_fleet(plane, prefix, {"lamp-7f3a": "light"}, credentials={"lamp-7f3a": credential.password}) \
+                as fleet:
             wait_for(lambda: reported(corral_api, namespace, "reading-lamp").get("power") is True,
                      "the person's Device bound and its target applied", timeout_s=30)
             assert ("power", True) in hardware_applies(fleet, "lamp-7f3a")
@@ -311,7 +320,7 @@ def test_a_device_made_by_a_person_binds_when_its_device_appears(
             assert controller.stop() == 0, "SIGTERM must stop the controller cleanly"
             controller.start()
             time.sleep(3)
-        assert set(devices(corral_api, namespace)) == {"reading-lamp"}  # no second, auto-registered Device
+        assert set(devices(corral_api, namespace)) == {"reading-lamp"}  # the controller never makes a Device of its own
 
 
 def test_a_second_device_claiming_the_same_device_id_is_refused_and_told_why(
@@ -324,7 +333,9 @@ def test_a_second_device_claiming_the_same_device_id_is_refused_and_told_why(
             "spec": {"deviceId": "garage-lock"},
         })
         time.sleep(1.1)  # creation timestamps have one-second resolution
-    with running_fleet(plane, prefix, {"garage-lock": "lock"}), running_controller(plane, namespace, prefix, tmp_path):
+    credential = enroll(corral_api, namespace, "garage-door", "lock", device_id="garage-lock")
+    with running_fleet(plane, prefix, {"garage-lock": "lock"}, credentials={"garage-lock": credential.password}), \
+            running_controller(plane, namespace, prefix, tmp_path):
         wait_for(lambda: (device(corral_api, namespace, "garage-door").get("status") or {}).get("online"),
                  "the first Device bound", timeout_s=30)
         bound = wait_for(
@@ -348,6 +359,7 @@ def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_acc
         "metadata": {"name": "contract-keys"}, "data": {"factory": base64.b64encode(public).decode()},
     })
     stranger = Ed25519PrivateKey.generate()
+    enroll_devices(corral_api, namespace, dict.fromkeys(("signed-plug", "unsigned-plug", "forged-plug"), "relay"))
     for device_id, key in (("signed-plug", factory), ("unsigned-plug", None), ("forged-plug", stranger)):
         info = {**contract_for("relay"), "device_id": device_id}
         if key is not None:
@@ -363,7 +375,7 @@ def test_with_signatures_required_only_contracts_signed_by_a_trusted_key_are_acc
                 lambda device_id=device_id: next(
                     (c for c in (device(corral_api, namespace, device_id).get("status") or {}).get("conditions", [])
                      if c["type"] == "ContractValid" and c["status"] == "False"), None),
-                f"{device_id} registered and refused", timeout_s=20,
+                f"{device_id} refused", timeout_s=20,
             )
             assert why in refused["message"]
             assert "capability" not in device(corral_api, namespace, device_id)["status"]
@@ -374,10 +386,11 @@ def test_a_status_that_arrives_before_the_contract_is_kept_and_applied_when_the_
 ) -> None:
     """MQTT orders messages per topic only: a device may say `online` before its `info` reaches us."""
     info = {**THERMOMETER, "device_id": "early-bird"}
+    enroll_devices(corral_api, namespace, {"early-bird": "thermometer"})
     with running_controller(plane, namespace, prefix, tmp_path):
         # Not retained, so said once; acknowledged by the broker before the contract is published.
-        publish(plane.mqtt_port, [(f"{prefix}/early-bird/status", "online", False)])
-        publish(plane.mqtt_port, [(f"{prefix}/early-bird/info", json.dumps(info), True)])
+        publish(plane, [(f"{prefix}/early-bird/status", "online", False)])
+        publish(plane, [(f"{prefix}/early-bird/info", json.dumps(info), True)])
         status = wait_for(lambda: (device(corral_api, namespace, "early-bird").get("status") or {}).get("capability")
                           and device(corral_api, namespace, "early-bird")["status"],
                           "the device registered with its contract", timeout_s=20)

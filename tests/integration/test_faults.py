@@ -49,7 +49,8 @@ def test_a_controller_killed_with_20_intents_in_flight_finishes_each_once_after_
     prefix = f"kill-{uuid.uuid4().hex[:6]}"
     objects = kubernetes.client.CustomObjectsApi(corral_api)
     # Acks take a while: a command can be on the device, executed, with its ack still on the way.
-    with running_fleet(plane, prefix, dict.fromkeys(lamps, "light"), faults=Faults(ack_delay_ms=1500)) as fleet:
+    with running_fleet(plane, prefix, dict.fromkeys(lamps, "light"), faults=Faults(ack_delay_ms=1500),
+                       enroll_in=(corral_api, namespace)) as fleet:
         watcher = Watcher(plane, prefix)
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
@@ -93,7 +94,8 @@ def test_a_controller_killed_with_20_intents_in_flight_finishes_each_once_after_
 def test_acks_slower_than_the_timeout_are_retried_with_the_same_id_and_executed_once(
         plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> None:
     prefix = f"slow-{uuid.uuid4().hex[:6]}"
-    with running_fleet(plane, prefix, {"slow-fan": "env_fan"}, faults=Faults(ack_delay_ms=3000)) as fleet:
+    with running_fleet(plane, prefix, {"slow-fan": "env_fan"}, faults=Faults(ack_delay_ms=3000),
+                       enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--command-timeout", "1")
         controller.start()
         try:
@@ -113,7 +115,8 @@ def test_acks_slower_than_the_timeout_are_retried_with_the_same_id_and_executed_
 def test_a_device_losing_power_mid_command_ends_in_its_target_and_a_true_status(
         plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> None:
     prefix = f"power-{uuid.uuid4().hex[:6]}"
-    with running_fleet(plane, prefix, {"desk-lamp": "light"}, faults=Faults(ack_delay_ms=1500)) as fleet:
+    with running_fleet(plane, prefix, {"desk-lamp": "light"}, faults=Faults(ack_delay_ms=1500),
+                       enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:
@@ -164,7 +167,7 @@ def test_after_a_broker_restart_pending_targets_are_driven_once(own_plane: OwnPl
     namespace, _ = _home(own_plane, "broker")
     lamps = ["porch", "hall", "study"]
     prefix = f"br-{uuid.uuid4().hex[:6]}"
-    with running_fleet(plane, prefix, dict.fromkeys(lamps, "light")) as fleet:
+    with running_fleet(plane, prefix, dict.fromkeys(lamps, "light"), enroll_in=(admin, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:
@@ -189,7 +192,7 @@ def test_after_an_api_server_restart_the_watches_resume_and_no_intent_is_missed(
     namespace, operator = _home(own_plane, "apiserver")
     requester = f"system:serviceaccount:{namespace}:operator"
     prefix = f"as-{uuid.uuid4().hex[:6]}"
-    with running_fleet(plane, prefix, {"before": "light", "after": "light"}) as fleet:
+    with running_fleet(plane, prefix, {"before": "light", "after": "light"}, enroll_in=(admin, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:

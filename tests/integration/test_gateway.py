@@ -118,7 +118,7 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
         tokens[who] = service_account_token(corral_api, namespace, who)
         kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
         wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
-    with capabilities_readable(corral_api, namespace, *tokens), running_fleet(plane, prefix, FLEET) as fleet:
+    with capabilities_readable(corral_api, namespace, *tokens), running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--intent-timeout", "4", "--approval-window", "60")
         controller.start()

@@ -37,7 +37,7 @@ def agent(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str,
     """A running home with an agent's token: (namespace, token, the agent's kubeconfig)."""
     token = grant_agent(plane, corral_api, namespace)
     prefix = f"cf-{uuid.uuid4().hex[:8]}"
-    with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, FLEET) as fleet:
+    with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
         try:

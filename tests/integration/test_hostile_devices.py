@@ -45,7 +45,7 @@ def test_hostile_device_messages_are_refused_and_the_controller_keeps_working(
     prefix = f"hostile-{uuid.uuid4().hex[:6]}"
     rng = random.Random(7)
     log = tmp_path / "controller.log"
-    with running_fleet(plane, prefix, {"lamp": "light"}) as fleet:
+    with running_fleet(plane, prefix, {"lamp": "light"}, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, log)
         controller.start()
         try:
@@ -62,7 +62,7 @@ def test_hostile_device_messages_are_refused_and_the_controller_keeps_working(
                 return f"{prefix}/{who}/{kind}"
 
             for _ in range(10):
-                publish(plane.mqtt_port, [(topic(), hostile(rng), False) for _ in range(200)])
+                publish(plane, [(topic(), hostile(rng), False) for _ in range(200)])
             wait_for(controller._healthy, "the controller still healthy after 2,000 hostile messages")
             set_target(corral_api, namespace, "lamp", {"power": True, "brightness": 55})
             wait_for(lambda: (device(corral_api, namespace, "lamp").get("status") or {}).get("inSync")

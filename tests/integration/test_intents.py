@@ -63,7 +63,7 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
     clients = {}
     for name, (device_verbs, approval_verbs) in grants.items():
         clients[name] = grant(plane, corral_api, namespace, name, device_verbs, approval_verbs, "get")
-    with running_fleet(plane, prefix, FLEET) as fleet:
+    with running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--intent-timeout", "4", "--approval-window", "60")
         controller.start()
@@ -231,7 +231,8 @@ def test_an_offline_device_is_device_gone(home: Home) -> None:
 
 def test_a_device_that_does_not_answer_in_time_is_timeout(plane: Plane, home: Home) -> None:
     # A device whose acks take 6 s, longer than the controller's 4 s intent timeout.
-    with running_fleet(plane, home.prefix, {"slow-light": "light"}, faults=Faults(ack_delay_ms=6000)):
+    with running_fleet(plane, home.prefix, {"slow-light": "light"}, faults=Faults(ack_delay_ms=6000),
+                       enroll_in=(home.admin, home.namespace)):
         wait_for(lambda: (device(home.admin, home.namespace, "slow-light").get("status") or {}).get("online"),
                  "the slow light registered and online", timeout_s=30)
         intent = ask(home, "operator", home.operator, "slow-light", "power", "set_state", True)
@@ -294,7 +295,7 @@ def test_finished_intents_are_deleted_after_their_ttl(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     prefix = f"ttl-{uuid.uuid4().hex[:8]}"
-    with running_fleet(plane, prefix, {"ttl-light": "light"}):
+    with running_fleet(plane, prefix, {"ttl-light": "light"}, enroll_in=(corral_api, namespace)):
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--intent-ttl", "2")
         controller.start()
         try:
@@ -316,7 +317,7 @@ def test_a_request_nobody_approves_expires_as_deny_approval(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     prefix = f"exp-{uuid.uuid4().hex[:8]}"
-    with running_fleet(plane, prefix, {"shed-lock": "lock"}) as fleet:
+    with running_fleet(plane, prefix, {"shed-lock": "lock"}, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--approval-window", "2")
         controller.start()
         try:

@@ -3,35 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from corral.devcluster.files import mosquitto_conf
-from corral.devcluster.plane import find_mosquitto
-from corral.devcluster.processes import accepts_connections, free_port
+from corral.devcluster import broker as broker_module
+from corral.devcluster.files import BROKER_CONTROLLER
+from corral.devcluster.processes import free_port
 from corral.devices.link import Inbound, MqttLink
 from corral.devices.topics import Topics
+from tests.broker_harness import own_broker
 from tests.fleet_harness import publish
-from tests.harness import wait_for
 
 pytestmark = pytest.mark.integration
 
 
-@contextmanager
-def broker(port: int, directory: Path) -> Iterator[subprocess.Popen[bytes]]:
-    conf = directory / "mosquitto.conf"
-    conf.write_text(mosquitto_conf(port))
-    proc = subprocess.Popen([find_mosquitto(), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: accepts_connections(port), f"a broker on port {port}", timeout_s=10)
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait(5)
+PASSWORDS = broker_module.new_passwords()  # the same accounts each time the test's broker starts
+
+
+def controller_url(port: int) -> str:
+    return f"mqtt://{BROKER_CONTROLLER}:{PASSWORDS['controller']}@127.0.0.1:{port}"
 
 
 def test_the_link_reconnects_and_resubscribes_after_the_broker_restarts(tmp_path: Path) -> None:
@@ -39,19 +30,19 @@ def test_the_link_reconnects_and_resubscribes_after_the_broker_restarts(tmp_path
 
     async def scenario() -> tuple[list[bytes], int]:
         received: list[bytes] = []
-        link = MqttLink(f"mqtt://127.0.0.1:{port}", Topics("lnk"), lambda m: received.append(m.payload))
-        with broker(port, tmp_path):
+        link = MqttLink(controller_url(port), Topics("lnk"), lambda m: received.append(m.payload))
+        with own_broker(tmp_path, port, PASSWORDS) as running:
             await link.start()
             await asyncio.wait_for(link.connected.wait(), 10)
             await asyncio.sleep(0.2)  # the subscription is made right after CONNACK
-            await asyncio.to_thread(publish, port, [("lnk/dev-1/telemetry", b"before", False)])
+            await asyncio.to_thread(publish, running, [("lnk/dev-1/telemetry", b"before", False)])
             await _until(lambda: b"before" in received)
         # The broker is gone; the link notices and keeps retrying with backoff.
         await _until(lambda: not link.connected.is_set())
-        with broker(port, tmp_path):
+        with own_broker(tmp_path, port, PASSWORDS) as running:
             await asyncio.wait_for(link.connected.wait(), 40)
             await asyncio.sleep(0.2)
-            await asyncio.to_thread(publish, port, [("lnk/dev-1/telemetry", b"after", False)])
+            await asyncio.to_thread(publish, running, [("lnk/dev-1/telemetry", b"after", False)])
             await _until(lambda: b"after" in received)
             reconnects = link.reconnects
             await link.stop()
@@ -80,12 +71,12 @@ def test_inbound_messages_arrive_on_the_event_loop_thread(tmp_path: Path) -> Non
         def on_message(_message: Inbound) -> None:
             seen.append(asyncio.get_running_loop() is loop_thread)
 
-        link = MqttLink(f"mqtt://127.0.0.1:{port}", Topics("lnk"), on_message)
-        with broker(port, tmp_path):
+        link = MqttLink(controller_url(port), Topics("lnk"), on_message)
+        with own_broker(tmp_path, port, PASSWORDS) as running:
             await link.start()
             await asyncio.wait_for(link.connected.wait(), 10)
             await asyncio.sleep(0.2)
-            await asyncio.to_thread(publish, port, [("lnk/dev-1/status", b"online", False)])
+            await asyncio.to_thread(publish, running, [("lnk/dev-1/status", b"online", False)])
             await _until(lambda: bool(seen))
             await link.stop()
         return all(seen)

@@ -70,7 +70,8 @@ def test_one_tool_call_is_counted_and_traced_end_to_end(
     token = grant_agent(plane, corral_api, namespace)
     prefix = f"m-{uuid.uuid4().hex[:8]}"
     controller_metrics, gateway_metrics = free_port(), free_port()
-    with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, {"desk-light": "light"}):
+    with capabilities_readable(corral_api, namespace, "agent"), running_fleet(plane, prefix, {"desk-light": "light"},
+                                                                          enroll_in=(corral_api, namespace)):
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--metrics-port", str(controller_metrics), "--traces", "otlp")
         controller.start()

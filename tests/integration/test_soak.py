@@ -56,7 +56,7 @@ def soak(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, logs:
                     finished[name] = (time.monotonic(), status.get("code"))
 
     with running_fleet(plane, prefix, dict.fromkeys(names, "light"), telemetry_interval_s=10.0,
-                       connect_spread_s=lamps / 100) as fleet:
+                       connect_spread_s=lamps / 100, enroll_in=(admin, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, logs / "controller.log", "--intent-ttl", "30")
         controller.start()
         watcher = threading.Thread(target=follow, daemon=True)

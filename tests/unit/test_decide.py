@@ -225,14 +225,29 @@ def test_the_safety_envelope_is_checked_in_its_order_after_scope_and_before_read
     stale = intent(based_on=(Observation("temperature", NOW_MS - 60_000),))
     codes = []
     guards = GUARDED
+    no_wait = Policy(hold_window=timedelta(0))  # a held device's request is denied at once
     for lift in ("paused", "hold", "interlocks", "lease"):
-        codes.append(decide(stale, DEVICE, True, [], HASH, NOW, Policy(), guards).code)
+        codes.append(decide(stale, DEVICE, True, [], HASH, NOW, no_wait, guards).code)
         guards = replace(guards, **{lift: {"paused": False, "hold": None, "interlocks": (), "lease": None}[lift]})
-    codes.append(decide(stale, DEVICE, True, [], HASH, NOW, Policy(), guards).code)
+    codes.append(decide(stale, DEVICE, True, [], HASH, NOW, no_wait, guards).code)
     assert codes == ["DENY_PAUSED", "DENY_CONTRACT_HOLD", "DENY_INTERLOCK", "DENY_LEASED", "DENY_SENSOR"]
     assert decide(stale, DEVICE, False, [], HASH, NOW, Policy(), GUARDED).code == "DENY_SCOPE", "scope comes first"
-    held = decide(intent(), DEVICE, True, [], HASH, NOW, Policy(), replace(GUARDED, paused=False))
+    held = decide(intent(), DEVICE, True, [], HASH, NOW, no_wait, replace(GUARDED, paused=False))
     assert "a person must accept it" in held.message
+
+
+def test_a_request_on_a_held_device_waits_for_acceptance_then_is_denied() -> None:
+    held = Guards(hold="actuator bolt: risk lowered (high -> low)")
+    policy = Policy(hold_window=timedelta(seconds=30))
+    waiting = decide(intent(), DEVICE, True, [], HASH, NOW, policy, held)
+    assert (waiting.outcome, waiting.code) == ("await_hold", None)
+    assert waiting.expires_at == intent().created_at + timedelta(seconds=30)
+    assert "corral devices accept-contract front-lock" in waiting.message and "risk lowered" in waiting.message
+    late = decide(intent(), DEVICE, True, [], HASH, NOW + timedelta(seconds=30), policy, held)
+    assert late.code == "DENY_CONTRACT_HOLD" and "nobody accepted its changed contract within 30 s" in late.message
+    assert decide(intent(), DEVICE, True, [], HASH, NOW, policy).outcome == "execute", "accepted: no wait"
+    # Held after an approval, right before running: denied, never run on a contract nobody accepted.
+    assert recheck(intent(), DEVICE, True, NOW, held).code == "DENY_CONTRACT_HOLD"
     blocked = decide(intent(), DEVICE, True, [], HASH, NOW, Policy(), Guards(interlocks=GUARDED.interlocks))
     assert "Interlock no-unlock-at-night forbids this now: it is night" in blocked.message
 

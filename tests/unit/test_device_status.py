@@ -50,8 +50,9 @@ def conditions(status: DeviceStatus) -> dict[str, tuple[str, str]]:
 
 def test_online_and_at_target_is_ready() -> None:
     status = device_status(observed(), None, T0)
-    assert conditions(status) == {"ContractValid": ("True", "Accepted"), "InSync": ("True", "InSync"),
-                                  "Ready": ("True", "Ready")}
+    assert conditions(status) == {"ContractValid": ("True", "Accepted"), "ContractAccepted": ("True", "Accepted"),
+                                  "InSync": ("True", "InSync"), "Ready": ("True", "Ready")}
+    assert status.accepted_capability == "corral-light-abc"
     assert (status.online, status.stale, status.in_sync, status.observed_generation) == (True, False, True, 3)
     assert all(c.observed_generation == 3 for c in status.conditions)
 

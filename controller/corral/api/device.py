@@ -50,6 +50,14 @@ class DeviceSpec(KubeModel):
         ),
     )
     overlay: Overlay | None = Field(default=None, description="Alias, location and notes kept by people.")
+    accept_capability: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None,
+        description=(
+            "A person accepts this Capability (the name in status.capability) for a Device held because its "
+            "contract changed in a way that asks for more trust (ContractAccepted=False). Set by `corral devices "
+            "accept-contract`; changing it needs the approve verb on the Device."
+        ),
+    )
     drift: Literal["Enforce", "Observe"] = Field(
         default="Enforce",
         description=(
@@ -84,6 +92,14 @@ class DeviceStatus(KubeModel):
     )
     capability: Annotated[str, Field(max_length=253)] | None = Field(
         default=None, description="Name of the cluster-scoped Capability holding the device's validated contract."
+    )
+    accepted_capability: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None,
+        description=(
+            "The Capability whose contract the controller trusts for this device: the first one it announced "
+            "after enrollment, later ones that ask for no more trust, or one a person accepted. While it differs "
+            "from capability, the Device is held (ContractAccepted=False)."
+        ),
     )
     reported: ActuatorStates = Field(
         default_factory=dict, description="The device's full actuator state from its last ack or info."

@@ -6,6 +6,10 @@ nobody can sign an approval as someone else. The CRD schemas already make the
 specs immutable; the policies also refuse a changed identity on update so the
 rule reads complete here. What a policy cannot see (an approver approving
 their own Intent) the controller enforces.
+
+Accepting a Device's changed contract (`spec.acceptCapability`) trusts the device with more than before,
+so it needs the same right as approving one of its actions: the `approve` verb on that Device. Whoever
+may patch Devices (a person's `kubectl apply`) may not accept a contract with it unless they may approve.
 """
 
 from __future__ import annotations
@@ -36,40 +40,72 @@ def _identity_policy(name: str, plural: str, kind: str, field: str, article: str
         "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
-            # matchConstraints is one atomic value for server-side apply: it is written out with every field
-            # the API server would default, so a `kubectl apply --server-side` of these files after the demo
-            # (or the chart) installed them co-owns it instead of conflicting over defaults.
-            "matchConstraints": {
-                "matchPolicy": "Equivalent",
-                "namespaceSelector": {},
-                "objectSelector": {},
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": [VERSION],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": [plural],
-                        "scope": "*",
-                    }
-                ],
-            },
+            "matchConstraints": _match(plural),
             "validations": [
                 {"expression": create_rule, "messageExpression": create_message, "reason": "Forbidden"},
                 {"expression": update_rule, "messageExpression": update_message, "reason": "Forbidden"},
             ],
         },
     }
-    binding = {
+    return [policy, _binding(name)]
+
+
+def _match(plural: str) -> dict[str, Any]:
+    # matchConstraints is one atomic value for server-side apply: it is written out with every field the API
+    # server would default, so a `kubectl apply --server-side` of these files after the demo (or the chart)
+    # installed them co-owns it instead of conflicting over defaults.
+    return {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": [plural],
+                "scope": "*",
+            }
+        ],
+    }
+
+
+def _binding(name: str) -> dict[str, Any]:
+    return {
         "apiVersion": POLICY_API,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name},
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
-    return [policy, binding]
+
+
+def _accept_contract_policy(name: str) -> list[dict[str, Any]]:
+    accepted = "(has(object.spec.acceptCapability) ? object.spec.acceptCapability : '')"
+    before = ("(oldObject != null && has(oldObject.spec.acceptCapability) ? oldObject.spec.acceptCapability : '')")
+    may_approve = ("authorizer.group('corral.dev').resource('devices').namespace(object.metadata.namespace)"
+                   ".name(object.metadata.name).check('approve').allowed()")
+    message = ("'spec.acceptCapability accepts a changed device contract, which needs the approve verb on devices/' "
+               "+ object.metadata.name + ' (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
+               "approver to run corral devices accept-contract ' + object.metadata.name + '.'")
+    policy = {
+        "apiVersion": POLICY_API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": _match("devices"),
+            "validations": [
+                {"expression": f"{accepted} == {before} || {may_approve}", "messageExpression": message,
+                 "reason": "Forbidden"},
+            ],
+        },
+    }
+    return [policy, _binding(name)]
 
 
 def admission_policies() -> list[dict[str, Any]]:
     return [
         *_identity_policy("corral-intent-requester", "intents", "Intent", "requester", "An"),
         *_identity_policy("corral-approval-approver", "approvals", "Approval", "approver", "An"),
+        *_accept_contract_policy("corral-device-accept-contract"),
     ]

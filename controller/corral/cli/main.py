@@ -5,9 +5,11 @@ from __future__ import annotations
 import click
 
 from corral import __version__
+from corral.cli.broker import broker
 from corral.cli.crds import crds
 from corral.cli.demo import demo
 from corral.cli.dev import dev
+from corral.cli.devices import devices
 from corral.cli.intents import approve, deny, intents
 from corral.cli.mcp import mcp, tools
 from corral.cli.run import run
@@ -20,9 +22,11 @@ def cli() -> None:
     """Corral: let AI agents operate physical devices safely."""
 
 
+cli.add_command(broker)
 cli.add_command(crds)
 cli.add_command(demo)
 cli.add_command(dev)
+cli.add_command(devices)
 cli.add_command(intents)
 cli.add_command(approve)
 cli.add_command(deny)

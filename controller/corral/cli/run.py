@@ -13,6 +13,7 @@ import kopf
 import kubernetes
 
 from corral.cli.obsopts import observability_options
+from corral.contract.trust import RiskFloors
 from corral.decide.decision import Policy
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
@@ -24,12 +25,19 @@ from corral.reconcile.intents import IntentSettings
 @click.command()
 @observability_options("corral-controller")
 @click.option("--mqtt", "mqtt_url", envvar="CORRAL_MQTT_URL", required=True,
-              help="Broker URL, mqtt://host:1883 or mqtts://user:pass@host:8883 (env CORRAL_MQTT_URL).")
-@click.option("--namespace", "-n", default="default", show_default=True,
-              help="Namespace where devices discovered over MQTT are registered.")
+              help="Broker URL with the controller's account: mqtt://user:pass@host:1883 or mqtts://user:pass@host:8883 "
+                   "(env CORRAL_MQTT_URL).")
+@click.option("--mqtt-ca", "mqtt_ca", envvar="CORRAL_MQTT_CA", type=click.Path(dir_okay=False, exists=True),
+              help="mqtts://: the CA file that signed the broker's certificate (default: the system's; env CORRAL_MQTT_CA).")
+@click.option("--mqtt-cert", type=click.Path(dir_okay=False, exists=True),
+              help="mqtts://: the controller's client certificate, for brokers that authenticate by certificate.")
+@click.option("--mqtt-key", type=click.Path(dir_okay=False, exists=True), help="The key of --mqtt-cert.")
+@click.option("--no-broker-accounts", is_flag=True,
+              help="Do not manage the broker's device accounts (a broker Corral does not manage; docs/device-trust.md).")
+@click.option("--max-devices-per-namespace", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Enrolled devices a namespace may have; beyond it, enrollments get no broker account.")
 @click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NS",
               help="Only watch Devices in these namespaces (repeatable); default: all namespaces.")
-@click.option("--no-auto-register", is_flag=True, help="Only bind Devices that people created.")
 @click.option("--topic-prefix", default="iot", show_default=True, help="MQTT topic prefix.")
 @click.option("--command-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for an ack.")
 @click.option("--status-interval", type=float, default=10.0, show_default=True,
@@ -43,6 +51,14 @@ from corral.reconcile.intents import IntentSettings
               help="Seconds a sensor reading an Intent relies on (basedOn) may be old.")
 @click.option("--approval-window", type=float, default=300.0, show_default=True,
               help="Seconds an Intent waits for approval, and an approval stays good.")
+@click.option("--contract-hold-window", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Seconds an Intent on a held Device (a changed contract nobody accepted yet) waits before it is "
+                   "denied with DENY_CONTRACT_HOLD.")
+@click.option("--risk-floor", "risk_floors", multiple=True, metavar="MODEL[/ACTUATOR]=RISK",
+              help="The least risk actions of this device model (or one of its actuators) have, whatever its "
+                   "contract says (repeatable); device:NAMESPACE/NAME[/ACTUATOR]=RISK for one Device.")
+@click.option("--capability-grace", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+              help="Seconds before a Capability no Device uses is deleted (only when watching all namespaces).")
 @click.option("--intent-timeout", type=float, default=10.0, show_default=True,
               help="Seconds to wait for the device to report an executed Intent's value.")
 @click.option("--intent-ttl", type=float, default=86400.0, show_default=True,
@@ -55,9 +71,12 @@ from corral.reconcile.intents import IntentSettings
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
-    namespace: str,
+    mqtt_ca: str | None,
+    mqtt_cert: str | None,
+    mqtt_key: str | None,
+    no_broker_accounts: bool,
+    max_devices_per_namespace: int,
     watch_namespaces: tuple[str, ...],
-    no_auto_register: bool,
     topic_prefix: str,
     command_timeout: float,
     status_interval: float,
@@ -65,6 +84,9 @@ def run(
     approvals: tuple[str, ...],
     freshness: float,
     approval_window: float,
+    contract_hold_window: float,
+    risk_floors: tuple[str, ...],
+    capability_grace: float,
     intent_timeout: float,
     intent_ttl: float,
     health_port: int,
@@ -72,7 +94,13 @@ def run(
     signing_keys: str | None,
     verbose: bool,
 ) -> None:
-    """Run the controller: discover devices, mirror contracts, drive devices to their targets."""
+    """Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."""
+    try:
+        floors = RiskFloors.parse(risk_floors)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--risk-floor") from None
+    if mqtt_cert and not mqtt_key:
+        raise click.UsageError("--mqtt-cert needs --mqtt-key")
     if require_signatures and not signing_keys:
         raise click.UsageError("--require-signatures needs --signing-keys NAMESPACE/SECRET with the trusted keys")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
@@ -84,8 +112,13 @@ def run(
     config = ControllerConfig(
         mqtt_url=mqtt_url,
         topic_prefix=topic_prefix,
-        namespace=namespace,
-        auto_register=not no_auto_register,
+        mqtt_ca_file=mqtt_ca,
+        mqtt_cert_file=mqtt_cert,
+        mqtt_key_file=mqtt_key,
+        manage_broker_accounts=not no_broker_accounts,
+        max_devices_per_namespace=max_devices_per_namespace,
+        risk_floors=floors,
+        capability_grace_s=capability_grace,
         watch_namespaces=watch_namespaces,
         command_timeout_s=command_timeout,
         coalescing=Coalescing(interval_s=status_interval, deadbands=_parse_deadbands(deadbands)),
@@ -96,8 +129,6 @@ def run(
         BrokerAddress.parse(mqtt_url)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--mqtt") from None
-    if watch_namespaces and namespace not in watch_namespaces:
-        raise click.UsageError(f"--namespace {namespace} must be one of the watched namespaces, or its Devices go unseen")
     required = dict(Policy().approvals_required)
     for pair in approvals:
         risk, _, count = pair.partition("=")
@@ -107,7 +138,8 @@ def run(
         required[risk] = int(count)
     intent_settings = IntentSettings(
         policy=Policy(approvals_required=required, freshness=timedelta(seconds=freshness),
-                      approval_window=timedelta(seconds=approval_window)),
+                      approval_window=timedelta(seconds=approval_window),
+                      hold_window=timedelta(seconds=contract_hold_window)),
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )

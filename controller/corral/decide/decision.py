@@ -26,7 +26,7 @@ from corral.contract.model import Actuator, Contract, Risk
 from corral.contract.values import InvalidValue, Value, check
 from corral.decide.approvals import ApprovalView, judge_approvals
 
-Outcome = Literal["execute", "await_approval", "final"]
+Outcome = Literal["execute", "await_approval", "await_hold", "final"]
 Code = DecisionCode
 
 
@@ -40,6 +40,8 @@ class Policy:
     freshness: timedelta = timedelta(seconds=2)
     # How long a request may wait for a human, and how long an approval is good for.
     approval_window: timedelta = timedelta(minutes=5)
+    # How long a request waits for a person to accept a held device's changed contract.
+    hold_window: timedelta = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class Decision:
     level: str | None = None
     value: Value | None = None  # the checked value, in its canonical type, when it executes
     approvals: tuple[str, ...] = ()  # names of the approvals this execution consumes
-    expires_at: datetime | None = None  # while awaiting approval
+    expires_at: datetime | None = None  # while awaiting approval, or a held device's acceptance
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,10 @@ def recheck(
     for step in PIPELINE:
         if step.name in RESOLVING or step.name in RECHECKED:
             found = step.run(case, working)
+            if found is not None and found.outcome == "await_hold":
+                # Held between the decision and now: what was decided on is not what the device now claims.
+                return _final("DENY_CONTRACT_HOLD", f"Device {intent.device} was held before this could run: "
+                                                    f"{guards.hold}", working)
             if found is not None:
                 return found
     return None
@@ -254,9 +260,18 @@ def _agents_paused(case: Case, working: _Working) -> Decision | None:
 
 
 def _contract_hold(case: Case, working: _Working) -> Decision | None:
-    if case.guards.hold is None:
+    hold = case.guards.hold
+    if hold is None:
         return None
-    return _final("DENY_CONTRACT_HOLD", f"Device {case.intent.device} is held: {case.guards.hold}", working)
+    intent, window = case.intent, case.policy.hold_window
+    expires_at = intent.created_at + window
+    if case.now >= expires_at:
+        return _final("DENY_CONTRACT_HOLD", f"Device {intent.device} is held and nobody accepted its changed contract "
+                                            f"within {_duration(window)} of the request: {hold}", working)
+    return Decision("await_hold", None,
+                    f"Device {intent.device} is held until a person accepts its changed contract (corral devices "
+                    f"accept-contract {intent.device}); waiting until {expires_at:%H:%M:%S} UTC: {hold}",
+                    working.risk, working.level, working.value, expires_at=expires_at)
 
 
 def _interlocks(case: Case, working: _Working) -> Decision | None:

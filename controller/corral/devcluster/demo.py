@@ -21,18 +21,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import kubernetes
 import yaml
 
 from corral.api.codes import GROUP, VERSION
 from corral.api.roles import user_roles
+from corral.client import enroll as enrollment
 from corral.client.apply import apply_yaml
 from corral.client.install import install_api
-from corral.devcluster import files
+from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.plane import DevPlane, find_mosquitto
 from corral.devcluster.processes import accepts_connections, free_port
+from corral.devices.credentials import write_credentials
+from corral_sim.fleet import DeviceSpec
 from corral_sim.presets import preset
 
 FIELD_MANAGER = "corral-demo"
@@ -44,6 +48,20 @@ class Child:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+
+
+@dataclass(frozen=True)
+class BrokerAt:
+    """The broker: as the controller connects (with its account) and where devices connect (their own)."""
+
+    controller_url: str
+    device_url: str
+
+    @classmethod
+    def of(cls, url: str) -> BrokerAt:
+        parts = urlsplit(url)
+        address = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return cls(url, urlunsplit(parts._replace(netloc=address)))
 
 
 @dataclass
@@ -74,47 +92,64 @@ class Demo:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         logs = self.state_dir / "demo-logs"
         logs.mkdir(exist_ok=True)
-        kubeconfig, mqtt_url, own_plane = self._cluster_and_broker(logs)
+        kubeconfig, broker_at, own_plane = self._cluster_and_broker(logs)
         admin = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
         self.progress("installing CRDs, admission policies and user roles")
         self._install(admin)
         token_file = self._agent_token(admin)
         devices = preset("home")
+        credentials = self._enroll(admin, devices)
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         self.progress(f"starting {len(devices)} simulated devices, the controller and the MCP gateway")
-        self._spawn("sim", ["sim", "--preset", "home", "--mqtt", mqtt_url], env, logs)
+        self._spawn("sim", ["sim", "--preset", "home", "--mqtt", broker_at.device_url, "--credentials",
+                            str(credentials)], env, logs)
         health = free_port()
-        self._spawn("controller", ["run", "--mqtt", mqtt_url, "--namespace", self.namespace, "--watch-namespace",
-                                   self.namespace, "--health-port", str(health)], env, logs)
+        self._spawn("controller", ["run", "--mqtt", broker_at.controller_url, "--watch-namespace", self.namespace,
+                                   "--health-port", str(health)], env, logs)
         self._spawn("gateway", ["mcp", "--transport", "http", "-n", self.namespace, "--port",
                                 str(self.gateway_port)], env, logs)
         self._wait_healthy("controller", f"http://127.0.0.1:{health}/healthz")
         self._wait_healthy("gateway", f"http://127.0.0.1:{self.gateway_port}/healthz")
         self._wait_registered(admin, len(devices))
-        return Ready(kubeconfig, self.namespace, mqtt_url, f"http://127.0.0.1:{self.gateway_port}/mcp",
+        return Ready(kubeconfig, self.namespace, broker_at.device_url, f"http://127.0.0.1:{self.gateway_port}/mcp",
                      token_file, len(devices), own_plane)
 
-    def _cluster_and_broker(self, logs: Path) -> tuple[Path, str, bool]:
+    def _cluster_and_broker(self, logs: Path) -> tuple[Path, BrokerAt, bool]:
         if self.kubeconfig is None:
             plane = DevPlane(self.state_dir, progress=self.progress)
-            running = plane.running()
-            if running is not None:
+            found = plane.running()
+            if found is not None:
                 self.progress(f"using the local plane already running in {self.state_dir}")
-                return running.kubeconfig, self.mqtt_url or running.mqtt_url, False
-            self._plane = plane
-            up = plane.up()
-            return up.kubeconfig, self.mqtt_url or up.mqtt_url, True
+            else:
+                self._plane = plane
+                found = plane.up()
+            if self.mqtt_url is not None:
+                return found.kubeconfig, BrokerAt.of(self.mqtt_url), self._plane is not None
+            return (found.kubeconfig, BrokerAt(found.mqtt_url_as(files.BROKER_CONTROLLER), found.mqtt_url),
+                    self._plane is not None)
         if self.mqtt_url is not None:
-            return self.kubeconfig, self.mqtt_url, False
+            return self.kubeconfig, BrokerAt.of(self.mqtt_url), False
         port = free_port()
-        conf = self.state_dir / "demo-mosquitto.conf"
-        conf.write_text(files.mosquitto_conf(port))
-        self.progress(f"starting a private Mosquitto on 127.0.0.1:{port}")
+        passwords = broker.new_passwords()
+        prepared = broker.prepare(self.state_dir / "demo-broker", port, free_port(), passwords)
+        self.progress(f"starting a private Mosquitto on 127.0.0.1:{port} (no anonymous clients)")
         self.children.append(Child("mosquitto", subprocess.Popen(
-            [find_mosquitto(), "-c", str(conf)], stdout=open(logs / "mosquitto.log", "ab"),  # noqa: SIM115 - the child owns it
+            [find_mosquitto(), "-c", str(prepared.conf)], stdout=open(logs / "mosquitto.log", "ab"),  # noqa: SIM115 - the child owns it
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), logs / "mosquitto.log"))
         _wait(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
-        return self.kubeconfig, f"mqtt://127.0.0.1:{port}", False
+        controller = f"mqtt://{files.BROKER_CONTROLLER}:{quote(passwords['controller'])}@127.0.0.1:{port}"
+        return self.kubeconfig, BrokerAt(controller, f"mqtt://127.0.0.1:{port}"), False
+
+    def _enroll(self, admin: kubernetes.client.ApiClient, devices: list[DeviceSpec]) -> Path:
+        """Enroll the simulated home as a person would (`corral devices enroll`): a Device and a credential
+        each; the controller gives each its broker account. Enrollments kept from an earlier run are reused."""
+        self.progress(f"enrolling the {len(devices)} simulated devices in namespace {self.namespace} "
+                      "(a Device and a broker credential each, as `corral devices enroll` makes them)")
+        passwords = {spec.device_id: enrollment.ensure_enrolled(admin, self.namespace, spec.device_id,
+                                                                spec.device_type).password for spec in devices}
+        path = self.state_dir / "demo-credentials.json"
+        write_credentials(path, passwords)
+        return path
 
     def _install(self, admin: kubernetes.client.ApiClient) -> None:
         try:
@@ -195,11 +230,11 @@ class Demo:
             items = objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "devices")["items"]
             ready = sum(1 for i in items if (i.get("status") or {}).get("online") and (i.get("status") or {}).get("capability"))
             if ready != last[0]:
-                self.progress(f"devices registered and online: {ready}/{expected}")
+                self.progress(f"enrolled devices online: {ready}/{expected}")
                 last[0] = ready
             return ready >= expected
 
-        _wait(registered, "every simulated device to register", 120, interval_s=1.0)
+        _wait(registered, "every simulated device to come online", 120, interval_s=1.0)
 
     # ---- run and stop ----------------------------------------------------------------------------------------
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import getpass
+import hashlib
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -50,9 +53,10 @@ def kubeconfig(server: str, ca_pem: bytes, admin_token: str, user_token: str) ->
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def env_file(kubeconfig_path: Path, mqtt_url: str, kubectl_dir: Path) -> str:
+def env_file(kubeconfig_path: Path, mqtt_url: str, kubectl_dir: Path, mqtt_ca: Path | None = None) -> str:
     """Shell assignments for `source .corral/dev/env`.
 
+    CORRAL_MQTT_URL carries the controller's broker account (`corral run` reads it); the file is private.
     PATH gains the directory of the kubectl built with the plane, because the
     system kubectl may be more than one minor version away from the server.
     """
@@ -62,14 +66,42 @@ def env_file(kubeconfig_path: Path, mqtt_url: str, kubectl_dir: Path) -> str:
         f"export CORRAL_MQTT_URL={shlex.quote(mqtt_url)}",
         f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"',
     ]
+    if mqtt_ca is not None:
+        lines.insert(3, f"export CORRAL_MQTT_CA={shlex.quote(str(mqtt_ca))}")
     return "\n".join(lines) + "\n"
 
 
-def mosquitto_conf(port: int) -> str:
+# The broker's own identities. Devices get theirs at enrollment (one per device, managed by the controller).
+BROKER_CONTROLLER = "corral-controller"
+BROKER_ADMIN = "corral-admin"
+DYNSEC_ITERATIONS = 101  # what mosquitto_ctrl uses
+
+
+@dataclass(frozen=True)
+class BrokerTls:
+    port: int
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def mosquitto_conf(port: int, plugin: str = "", dynsec_file: Path | None = None, tls: BrokerTls | None = None) -> str:
+    """A loopback broker that admits no anonymous client: every client is an account of the dynamic security
+    plugin (`plugin`, its state in `dynsec_file`), with the username as its client id so no identity can take
+    over another's session. Optionally a second listener that serves TLS."""
     lines = [
         "# Written by `corral dev up`: a loopback-only broker for development and tests.",
-        f"listener {port} 127.0.0.1",
-        "allow_anonymous true",
+        "per_listener_settings false",
+        "allow_anonymous false",
+    ]
+    if plugin and dynsec_file is not None:
+        lines += [f"plugin {plugin}", f"plugin_opt_config_file {dynsec_file}"]
+    lines += [f"listener {port} 127.0.0.1", "use_username_as_clientid true"]
+    if tls is not None:
+        lines += [f"listener {tls.port} 127.0.0.1", "use_username_as_clientid true",
+                  f"cafile {tls.ca_file}", f"certfile {tls.cert_file}", f"keyfile {tls.key_file}",
+                  "tls_version tlsv1.2"]
+    lines += [
         "persistence false",
         # Small command/ack messages would otherwise wait on Nagle's algorithm (tens of ms at p99).
         "set_tcp_nodelay true",
@@ -87,3 +119,42 @@ def mosquitto_conf(port: int) -> str:
         f"user {getpass.getuser()}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def dynsec_password(password: str, salt: bytes, iterations: int = DYNSEC_ITERATIONS) -> dict[str, Any]:
+    """A password as the dynamic security plugin stores it: PBKDF2-HMAC-SHA512, base64."""
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    return {"password": base64.b64encode(digest).decode(), "salt": base64.b64encode(salt).decode(),
+            "iterations": iterations}
+
+
+def _everything(topics: list[str]) -> list[dict[str, Any]]:
+    return [{"acltype": acltype, "topic": topic, "allow": True}
+            for topic in topics
+            for acltype in ("publishClientSend", "publishClientReceive", "subscribePattern", "unsubscribePattern")]
+
+
+def dynsec_config(controller_password: str, admin_password: str | None, salts: tuple[bytes, ...]) -> dict[str, Any]:
+    """The plugin's starting state: the controller's account (and, given a password, the admin's) and nothing
+    for anyone else (deny by default). `salts`: one per account, the controller's first.
+
+    The controller may run the plugin (it creates one account and one role per enrolled device) and use
+    every topic: tests run many controllers with topic prefixes of their own on one broker. The admin is
+    the broker's `system:masters`, for people and tests that inspect or play devices; a broker in a
+    cluster (the chart's, `corral broker init-dynsec`) has none.
+    """
+    control = ["$CONTROL/dynamic-security/#"]
+    clients = [{"username": BROKER_CONTROLLER, "textName": "Corral controller", "roles": [{"rolename": BROKER_CONTROLLER}],
+                **dynsec_password(controller_password, salts[0])}]
+    roles = [{"rolename": BROKER_CONTROLLER, "acls": _everything([*control, "#"])}]
+    if admin_password is not None:
+        clients.append({"username": BROKER_ADMIN, "textName": "Corral local plane admin",
+                        "roles": [{"rolename": BROKER_ADMIN}], **dynsec_password(admin_password, salts[1])})
+        roles.append({"rolename": BROKER_ADMIN, "acls": _everything([*control, "#"])})
+    return {
+        "defaultACLAccess": {"publishClientSend": False, "publishClientReceive": True, "subscribe": False,
+                             "unsubscribe": True},
+        "clients": clients,
+        "groups": [],
+        "roles": roles,
+    }

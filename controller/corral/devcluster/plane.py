@@ -25,10 +25,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
-from corral.devcluster import files
+from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.kubebinary import KubeBinary, ensure_binary, expected_binary
 from corral.devcluster.processes import (
@@ -56,7 +57,7 @@ class Plane:
 
     state_dir: Path
     server: str
-    mqtt_url: str
+    mqtt_url: str  # plain MQTT, loopback, no credentials in it: every client brings its own account
     kubeconfig: Path
     env_file: Path
     ca_file: Path
@@ -64,10 +65,24 @@ class Plane:
     user_token: str
     kubectl: Path
     version: str
+    mqtt_tls_url: str = ""  # the same broker over TLS; its CA is mqtt_ca_file
+    mqtt_ca_file: Path = Path()
+    broker_passwords: dict[str, str] = field(default_factory=dict)  # controller, admin
 
     @property
     def mqtt_port(self) -> int:
         return int(self.mqtt_url.rsplit(":", 1)[1])
+
+    @property
+    def mqtt_tls_port(self) -> int:
+        return int(self.mqtt_tls_url.rsplit(":", 1)[1])
+
+    def mqtt_url_as(self, who: str, tls: bool = False) -> str:
+        """The broker's URL with the account of `who` (files.BROKER_CONTROLLER or files.BROKER_ADMIN)."""
+        password = self.broker_passwords["controller" if who == files.BROKER_CONTROLLER else "admin"]
+        base = self.mqtt_tls_url if tls else self.mqtt_url
+        scheme, rest = base.split("://", 1)
+        return f"{scheme}://{quote(who)}:{quote(password)}@{rest}"
 
 
 @dataclass(frozen=True)
@@ -123,13 +138,14 @@ class DevPlane:
 
         api_port = self._ensure_running(state, APISERVER, lambda port: self._apiserver_argv(binary.path, port),
                                         self._apiserver_config(binary.path))
-        broker_conf = self.state_dir / "mosquitto.conf"
+        passwords = state.setdefault("broker", broker.new_passwords())
+        tls_port = self._tls_port(state)
 
         def broker_argv(port: int) -> list[str]:
-            broker_conf.write_text(files.mosquitto_conf(port))
-            return [mosquitto, "-c", str(broker_conf)]
+            prepared = broker.prepare(self._broker_dir, port, tls_port, passwords)
+            return [mosquitto, "-c", str(prepared.conf)]
 
-        mqtt_port = self._ensure_running(state, BROKER, broker_argv, self._broker_config(mosquitto))
+        mqtt_port = self._ensure_running(state, BROKER, broker_argv, self._broker_config(mosquitto, tls_port))
         state["version"] = binary.version
         self._save_state(state)
 
@@ -139,8 +155,23 @@ class DevPlane:
         _write_private(self.kubeconfig_path, files.kubeconfig(
             plane.server, self._ca_file.read_bytes(), plane.admin_token, plane.user_token
         ))
-        self.env_path.write_text(files.env_file(self.kubeconfig_path, plane.mqtt_url, binary.kubectl.parent))
+        _write_private(self.env_path, files.env_file(self.kubeconfig_path, plane.mqtt_url_as(files.BROKER_CONTROLLER),
+                                                     binary.kubectl.parent, plane.mqtt_ca_file))
         return plane
+
+    @property
+    def _broker_dir(self) -> Path:
+        return self.state_dir / "broker"
+
+    def _tls_port(self, state: dict) -> int:
+        """The broker's TLS listener: the port it had, or a free one."""
+        entry = state.setdefault(BROKER, {})
+        record = self._record(state, BROKER)
+        port = entry.get("tls_port")
+        if not isinstance(port, int) or (not port_is_free(port) and not (record is not None and is_ours(record))):
+            port = free_port()
+        entry["tls_port"] = port
+        return port
 
     # What each component is started with; a change of any of it restarts the component.
 
@@ -159,15 +190,20 @@ class DevPlane:
     def _apiserver_config(self, binary: Path) -> str:
         return _config_hash(self._apiserver_argv(binary, _PORT), [])
 
-    def _broker_config(self, mosquitto: str) -> str:
-        return _config_hash([mosquitto, files.mosquitto_conf(_PORT)], [])
+    def _broker_config(self, mosquitto: str, tls_port: int) -> str:
+        tls = broker.certificates(self._broker_dir)
+        conf = files.mosquitto_conf(_PORT, broker.plugin_path(), self._broker_dir / "dynamic-security.json",
+                                    files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file))
+        return _config_hash([mosquitto, conf], [tls.ca_file, tls.cert_file])
 
     def stale(self) -> list[str]:
         """Components running with another configuration than this checkout would start them with."""
         state = self._load_state()
         wanted = {APISERVER: self._apiserver_config(expected_binary())}
         try:
-            wanted[BROKER] = self._broker_config(find_mosquitto())
+            tls_port = state.get(BROKER, {}).get("tls_port")
+            if isinstance(tls_port, int):
+                wanted[BROKER] = self._broker_config(find_mosquitto(), tls_port)
         except DevClusterError:
             pass
         return [name for name, config in wanted.items() if state.get(name, {}).get("config") != config]
@@ -273,6 +309,9 @@ class DevPlane:
             user_token=state["tokens"]["user"],
             kubectl=binary.kubectl,
             version=binary.version,
+            mqtt_tls_url=f"mqtts://127.0.0.1:{state.get(BROKER, {}).get('tls_port')}",
+            mqtt_ca_file=self._broker_dir / "tls" / "ca.crt",
+            broker_passwords=dict(state.get("broker") or {}),
         )
 
     def _wait_for_apiserver(self, state: dict, plane: Plane) -> None:

@@ -56,6 +56,21 @@ class BrokerAddress:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """What `mqtts://` checks the broker with (a CA), and optionally the client's own certificate."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+@dataclass(frozen=True)
 class Inbound:
     topic: str
     payload: bytes
@@ -70,9 +85,13 @@ class MqttLink:
         on_message: Callable[[Inbound], None],
         on_connected: Callable[[], None] = lambda: None,
         client_id: str | None = None,
+        extra_subscriptions: tuple[str, ...] = (),
+        tls: TlsFiles | None = None,
     ) -> None:
         self.address = BrokerAddress.parse(url)
         self.topics = topics
+        self.extra_subscriptions = extra_subscriptions
+        self.tls = tls or TlsFiles()
         self._on_message = on_message
         self._on_connected = on_connected
         self._client_id = client_id or f"corral-controller-{uuid.uuid4().hex[:8]}"
@@ -125,7 +144,7 @@ class MqttLink:
         if self.address.username is not None:
             client.username_pw_set(self.address.username, self.address.password)
         if self.address.tls:
-            client.tls_set_context(ssl.create_default_context())
+            client.tls_set_context(self.tls.context())
         client.reconnect_delay_set(min_delay=1, max_delay=30)
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
@@ -142,7 +161,7 @@ class MqttLink:
             log.warning("MQTT connection refused by %s:%s: %s", self.address.host, self.address.port, reason)
             return
         # Subscriptions do not survive a reconnect with a clean session; make them again every time.
-        client.subscribe([(topic, 1) for topic in self.topics.subscriptions()])
+        client.subscribe([(topic, 1) for topic in [*self.topics.subscriptions(), *self.extra_subscriptions]])
         self._call_soon(self._mark_connected)
 
     def _handle_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: ReasonCode, _p: Any) -> None:

@@ -302,14 +302,14 @@ class CallerView:
 
     def _contract_of(self, body: dict[str, Any]) -> Contract | None:
         status = body.get("status") or {}
-        name = status.get("capability")
+        name = trusted_capability(status)
         accepted = any(c.get("type") == "ContractValid" and c.get("status") == "True" for c in status.get("conditions") or [])
         if not name or not accepted or name not in self._readable_caps:
             return None
         return self.capabilities.contracts.get(name)
 
     def _fetch_capability_if_new(self, body: dict[str, Any] | None) -> None:
-        name = ((body or {}).get("status") or {}).get("capability")
+        name = trusted_capability((body or {}).get("status") or {})
         if not name or name in self._readable_caps or self._loop is None:
             return
         self._readable_caps.add(name)  # one fetch in flight per name
@@ -335,7 +335,7 @@ class CallerView:
                 self.capabilities.contracts[name] = None
         self._invalidate(tools=True)
         for device in self.visible():
-            if (device.status.get("capability")) == name:
+            if trusted_capability(device.status) == name:
                 self.audience.changed(device.uri)
 
     def _get_capability(self, name: str) -> dict[str, Any]:
@@ -355,6 +355,12 @@ class CallerView:
         return self.find(f"{ns}/{name}") is not None
 
 
+def trusted_capability(status: dict[str, Any]) -> str | None:
+    """The contract agents are shown: the one the controller trusts. While a changed contract waits for a person
+    (ContractAccepted=False), that is the accepted one, not what the device now announces."""
+    return status.get("acceptedCapability") or status.get("capability")
+
+
 def _in_scope(key: Key, scope: str) -> bool:
     ns, _, name = scope.partition("/")
     return key[0] == ns and (not name or key[1] == name)
@@ -364,7 +370,7 @@ def _shape(body: dict[str, Any] | None) -> tuple[Any, ...]:
     """What the tool list depends on: existence, online state and contract."""
     status = (body or {}).get("status") or {}
     accepted = any(c.get("type") == "ContractValid" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return (body is not None, bool(status.get("online")), status.get("capability"), accepted)
+    return (body is not None, bool(status.get("online")), trusted_capability(status), accepted)
 
 
 def _overlay(body: dict[str, Any] | None) -> Any:

@@ -100,7 +100,8 @@ class VisibleDevice:
             "actions": [action_of(a) for a in self.usable_actuators()],
             "conditions": conditions,
             "contract": (
-                {"name": contract.name, "model": contract.model, "fw": contract.fw, "capability": status.get("capability")}
+                {"name": contract.name, "model": contract.model, "fw": contract.fw,
+                 "capability": status.get("acceptedCapability") or status.get("capability")}
                 if contract else None
             ),
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corral.contract.trust import RiskFloors
 from corral.devices.telemetry import Coalescing
 
 
@@ -11,9 +12,15 @@ from corral.devices.telemetry import Coalescing
 class ControllerConfig:
     mqtt_url: str
     topic_prefix: str = "iot"
-    # Where devices announced over MQTT get a Device when nobody made one for them.
-    namespace: str = "default"
-    auto_register: bool = True
+    # mqtts://: the CA that signed the broker's certificate, and the controller's client certificate if any.
+    mqtt_ca_file: str | None = None
+    mqtt_cert_file: str | None = None
+    mqtt_key_file: str | None = None
+    # Keep the broker's device accounts equal to the enrollment Secrets (Mosquitto's dynamic security
+    # plugin); off for a broker Corral does not manage, whose accounts a person keeps (docs/device-trust.md).
+    manage_broker_accounts: bool = True
+    # Enrolled devices a namespace may have: beyond it, enrollments get no broker account.
+    max_devices_per_namespace: int = 1000
     # Namespaces whose Devices the controller binds; empty means all.
     watch_namespaces: tuple[str, ...] = ()
     command_timeout_s: float = 5.0
@@ -23,6 +30,10 @@ class ControllerConfig:
     coalescing: Coalescing = field(default_factory=Coalescing)
     # lastSeen rides along with other status writes and is refreshed alone at most this often.
     last_seen_interval_s: float = 300.0
+    # The cluster's risk floors (contract.trust): a contract can raise an action's risk, never lower it.
+    risk_floors: RiskFloors = field(default_factory=RiskFloors)
+    # Capabilities no Device uses are deleted after this long (only by a controller that watches every namespace).
+    capability_grace_s: float = 3600.0
     require_signatures: bool = False
     signing_keys_secret: str | None = None  # "namespace/name"; each data entry is one trusted public key
     workers: int = 16

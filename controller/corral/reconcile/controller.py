@@ -15,18 +15,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from corral.audit.events import EventRecorder
-from corral.devices.link import MqttLink
+from corral.client.enroll import DEVICE_ID_LABEL
+from corral.devices.accounts import RESPONSE_TOPIC
+from corral.devices.link import Inbound, MqttLink, TlsFiles
 from corral.devices.topics import Topics
 from corral.reconcile.access import AccessReviews
+from corral.reconcile.accounts import BrokerAccounts
 from corral.reconcile.cache import Body, DeviceCache, device_id_of
+from corral.reconcile.capabilities import Capabilities
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.device import DeviceReconciler, Listening
 from corral.reconcile.driver import Driver
+from corral.reconcile.informer import Informer
 from corral.reconcile.ingest import Ingest
 from corral.reconcile.intents import IntentReconciler, IntentSettings
 from corral.reconcile.kube import Kube
@@ -34,6 +38,7 @@ from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.port import FleetPort
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.targets import TargetApplier
+from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -48,17 +53,30 @@ class Controller:
         self.devices = DeviceCache()
         self.queue: WorkQueue[str] = WorkQueue("devices")
         topics = Topics(config.topic_prefix)
-        self.link = MqttLink(config.mqtt_url, topics, self._on_mqtt, on_connected=self._on_connected)
+        tls = TlsFiles(config.mqtt_ca_file, config.mqtt_cert_file, config.mqtt_key_file)
+        extra = (RESPONSE_TOPIC,) if config.manage_broker_accounts else ()
+        self.link = MqttLink(config.mqtt_url, topics, self._on_mqtt, on_connected=self._on_connected,
+                             extra_subscriptions=extra, tls=tls)
         self.driver = Driver(self.link, topics, config.command_timeout_s)
         notices = DeviceNotices(recorder, self.devices)
+        # Capabilities are cluster-scoped: only a controller that sees every Device may say one is unused.
+        self.capabilities = Capabilities(kube, recorder, self.devices, config.capability_grace_s,
+                                         collect=not config.watch_namespaces, announced=self._announced_capabilities)
+        trust = ContractTrust(self.capabilities, self.devices, config.risk_floors,
+                              check_versions=config.require_signatures)
         self.ingest = Ingest(topics, self.fleet, self.queue, self.driver, notices, config.coalescing,
-                             config.require_signatures, signing_keys)
+                             bound=lambda device_id: bool(self.devices.bound(device_id)), trust=trust,
+                             require_signatures=config.require_signatures, signing_keys=signing_keys)
+        self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace) \
+            if config.manage_broker_accounts else None
+        self.enrollments = Informer(kube.api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
+                                    self.accounts.on_secret) if self.accounts is not None else None
         listening = Listening(connected=self.link.connected.is_set, up_since=lambda: self.ingest.link_up_since)
         self.device_reconciler = DeviceReconciler(config, kube, self.fleet, self.devices, self.driver, notices,
-                                                  recorder, listening)
+                                                  recorder, listening, trust)
         self.access = AccessReviews(kube)
         self.applier = TargetApplier(kube)
-        port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening)
+        port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening, trust)
         self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port)
         self._workers: list[asyncio.Task[None]] = []
 
@@ -70,6 +88,14 @@ class Controller:
         for body in await self.kube.list_objects("devices", namespaces):
             self.on_device_event("ADDED", body)
         self.intents.prime(await self.kube.list_objects("intents", namespaces))
+        # A changed contract is judged against the accepted one, which a Capability holds.
+        await self.capabilities.prime()
+        self.capabilities.start()
+        if self.accounts is not None and self.enrollments is not None:
+            # The enrollments first: the first thing the controller tells a fresh broker is who may connect.
+            self.enrollments.start()
+            await asyncio.wait_for(self.enrollments.synced.wait(), 60)
+            self.accounts.start()
         await self.link.start()
         settings = self.intents.settings
         self._workers = [
@@ -87,7 +113,14 @@ class Controller:
         await asyncio.gather(*self._workers, return_exceptions=True)
         for queue in (self.queue, self.intents.decisions, self.intents.executions):
             queue.close()
+        if self.accounts is not None and self.enrollments is not None:
+            await self.accounts.stop()
+            await self.enrollments.stop()
+        await self.capabilities.stop()
         await self.link.stop()
+
+    def _announced_capabilities(self) -> set[str]:
+        return {name for rt in self.fleet.values() for name in (rt.capability, rt.accepted_capability) if name}
 
     @property
     def healthy(self) -> bool:
@@ -99,9 +132,6 @@ class Controller:
         if event_type == "DELETED":
             old = self.devices.remove(body)
             device_id = device_id_of(old or body)
-            rt = self.fleet.get(device_id) if device_id else None
-            if rt is not None:
-                rt.registration_suppressed = True  # re-created only when the device announces itself again
             if device_id:
                 self.queue.add(device_id)
             return
@@ -110,6 +140,7 @@ class Controller:
             return  # an older copy, or only status, labels or annotations changed: nothing to drive
         device_id = device_id_of(body)
         if device_id:
+            self.ingest.adopt(device_id)  # it may have announced itself before it was enrolled
             self.queue.add(device_id)
         if change.before is not None and device_id_of(change.before) not in (None, device_id):
             self.queue.add(device_id_of(change.before) or "")
@@ -120,8 +151,14 @@ class Controller:
     def on_approval_event(self, event_type: str, body: Body) -> None:
         self.intents.on_approval_event(event_type, body)
 
-    def _on_mqtt(self, message: Any) -> None:
+    def _on_mqtt(self, message: Inbound) -> None:
+        if message.topic == RESPONSE_TOPIC:
+            if self.accounts is not None:
+                self.accounts.on_response(message.payload)
+            return
         self.ingest.on_message(message)
 
     def _on_connected(self) -> None:
+        if self.accounts is not None:
+            self.accounts.on_connected()
         self.ingest.on_connected()

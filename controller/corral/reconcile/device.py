@@ -1,4 +1,4 @@
-"""Reconciling one device: bind or register its Device, mirror its contract, plan, drive, write status.
+"""Reconciling one device: its Device, its contract mirrored as a Capability, plan, drive, write status.
 
 `DeviceReconciler.reconcile(device_id)` is called by the work queue, one device at a time, and answers
 with a `Result` (done, or run again after N seconds). It reads what MQTT told the controller (the
@@ -14,10 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from corral.api.capability import CapabilitySpec
-from corral.api.codes import API_VERSION
 from corral.api.device import DeviceStatus
-from corral.audit.events import EventRecorder, ObjectRef
+from corral.audit.events import EventRecorder
 from corral.devices.commands import CommandTimeout
 from corral.devices.plan import Command, Plan, plan
 from corral.reconcile.cache import Body, DeviceCache, key_of
@@ -39,6 +37,7 @@ from corral.reconcile.status import (
     to_write,
     waiting_status,
 )
+from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import Result
 
 log = logging.getLogger(__name__)
@@ -61,8 +60,9 @@ class Listening:
 
 class DeviceReconciler:
     def __init__(self, config: ControllerConfig, kube: Kube, fleet: Fleet, devices: DeviceCache, driver: Driver,
-                 notices: DeviceNotices, recorder: EventRecorder, listening: Listening) -> None:
+                 notices: DeviceNotices, recorder: EventRecorder, listening: Listening, trust: ContractTrust) -> None:
         self.config = config
+        self.trust = trust
         self.kube = kube
         self.fleet = fleet
         self.devices = devices
@@ -76,11 +76,7 @@ class DeviceReconciler:
         rt = self.fleet.get(device_id)
         bound = self.devices.bound(device_id)
         if not bound:
-            # A refused device is registered too: a person should see that it is there and why it is inert.
-            registrable = rt is not None and rt.announced_contract and self.config.auto_register
-            if registrable and rt is not None and not rt.registration_suppressed and await self._register(rt):
-                return Result.after(0)  # drive the Device just made
-            return Result.done()
+            return Result.done()  # the controller drives enrolled devices only: a person makes their Device
         body = bound[0]
         for duplicate in bound[1:]:
             await self._refuse_duplicate(duplicate, body)
@@ -97,7 +93,8 @@ class DeviceReconciler:
                                   f"The device's contract was refused: {rt.contract_error}", "Warning")
             await self._write(rt, body, self._status(rt, body, None), "contract")
             return Result.done()
-        await self._ensure_capability(rt)
+        if not await self._trusted(rt, body):
+            return Result.done()
         if not rt.reported and not rt.state_known:
             # After a restart, what status recorded is the baseline that changes are audited against.
             rt.reported = dict((body.get("status") or {}).get("reported") or {})
@@ -235,6 +232,10 @@ class DeviceReconciler:
             generation=_generation(body),
             online=bool(rt.online),
             capability=rt.capability if accepted else None,
+            accepted_capability=(rt.accepted_capability if rt.accepted_for == body["metadata"].get("uid")
+                                 else previous.accepted_capability if previous is not None else None),
+            hold=rt.hold if accepted else (),
+            device=body["metadata"]["name"],
             contract_error=rt.contract_error,
             reported=rt.reported,
             sensors=readings,
@@ -262,37 +263,34 @@ class DeviceReconciler:
 
     # ---- the Kubernetes side --------------------------------------------------------------------------------
 
-    async def _register(self, rt: DeviceRuntime) -> bool:
-        labels = {"corral.dev/registered-by": "controller"}
-        if rt.contract is not None:
-            labels["corral.dev/model"] = _label(rt.contract.model)
-            what = f"{rt.contract.name}, {rt.contract.model} {rt.contract.fw}"
-        else:
-            what = "its contract was refused, so it stays inert"
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": "Device",
-            "metadata": {"name": rt.device_id, "labels": labels},
-            "spec": {"deviceId": rt.device_id},
-        }
-        created = await self.kube.create_device(self.config.namespace, body)
-        if created is None:
+    async def _trusted(self, rt: DeviceRuntime, body: Body) -> bool:
+        """Judge the announced contract against the accepted one; False when the device is held (or its contract
+        refused) and nothing may be driven: its status says why."""
+        assert rt.contract is not None and rt.capability is not None
+        was_held = bool(rt.hold)
+        refused = self.trust.judge(rt, body)
+        if refused is not None:
+            rt.contract, rt.contract_error = None, refused
+            self.notices.once(rt, body, f"contract-refused/{rt.capability}", "ContractRefused", "Refuse",
+                              f"The device's contract was refused: {refused}", "Warning")
+            await self._write(rt, body, self._status(rt, body, None), "contract")
             return False
-        self.devices.upsert(created)
-        self.notices.post(created, "Registered", "Register", f"Registered device {rt.device_id} announced over MQTT ({what})")
+        if not rt.capability_ensured:
+            await self.trust.capabilities.ensure(rt.capability, rt.contract, rt.device_id)
+            rt.capability_ensured = True
+        name = body["metadata"]["name"]
+        if rt.hold:
+            self.notices.once(rt, body, f"hold/{rt.capability}", "ContractHeld", "Hold",
+                              f"The device announced a contract (Capability {rt.capability}) that asks for more trust "
+                              f"than the accepted one ({rt.accepted_capability}): {'; '.join(rt.hold)}. Nothing is "
+                              f"sent to it and its Intents wait until a person accepts it (corral devices "
+                              f"accept-contract {name}).", "Warning")
+            await self._write(rt, body, self._status(rt, body, None), "hold")
+            return False
+        if was_held:
+            self.notices.post(body, "ContractAccepted", "Accept",
+                              f"Capability {rt.capability} accepted (spec.acceptCapability); the device is driven again.")
         return True
-
-    async def _ensure_capability(self, rt: DeviceRuntime) -> None:
-        if rt.capability_ensured or rt.contract is None or rt.capability is None:
-            return
-        spec = CapabilitySpec.from_contract(rt.contract).model_dump(mode="json", exclude_none=True)
-        body = {"apiVersion": API_VERSION, "kind": "Capability", "metadata": {"name": rt.capability}, "spec": spec}
-        if await self.kube.create_capability(body):
-            self.recorder.post(
-                ObjectRef(API_VERSION, "Capability", rt.capability, None, None), "Created", "Register",
-                f"Contract of {rt.contract.model} {rt.contract.fw} first announced by {rt.device_id}",
-            )
-        rt.capability_ensured = True
 
     async def _refuse_duplicate(self, body: Body, winner: Body) -> None:
         owner = f"{winner['metadata']['namespace']}/{winner['metadata']['name']}"
@@ -318,8 +316,3 @@ def _cause(body: Body) -> str:
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def _label(text: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63].strip("-_.")
-    return cleaned or "unknown"

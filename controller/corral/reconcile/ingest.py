@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -27,6 +27,7 @@ from corral.reconcile.driver import Driver
 from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.runtime import DeviceRuntime, Fleet
 from corral.reconcile.status import sensors_due
+from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,11 @@ log = logging.getLogger(__name__)
 
 class Ingest:
     def __init__(self, topics: Topics, fleet: Fleet, queue: WorkQueue[str], driver: Driver, notices: DeviceNotices,
-                 coalescing: Coalescing, require_signatures: bool = False,
-                 signing_keys: Mapping[str, Ed25519PublicKey] | None = None) -> None:
+                 coalescing: Coalescing, bound: Callable[[str], bool], trust: ContractTrust,
+                 require_signatures: bool = False, signing_keys: Mapping[str, Ed25519PublicKey] | None = None) -> None:
         self.topics = topics
+        self.trust = trust
+        self.bound = bound  # whether a Device binds this device id: only those are driven
         self.fleet = fleet
         self.queue = queue
         self.driver = driver
@@ -53,11 +56,12 @@ class Ingest:
         device_id, kind = parsed
         rt = self.fleet.get(device_id)
         if rt is None:
-            if kind == "status":
-                # MQTT orders messages per topic only: the status may come before the contract.
-                self.fleet.keep_status(device_id, message.payload)
-            if kind != "info":
-                return  # devices become known through their contract
+            if kind in ("info", "status") and (kind == "status" or not self.bound(device_id)):
+                # Not driven yet: no Device binds the id, or its status came before its contract (MQTT
+                # orders messages per topic only). Kept, bounded, for when it is.
+                self.fleet.keep(device_id, kind, message.payload)
+            if kind != "info" or not self.bound(device_id):
+                return  # a device becomes known through its contract, and only with a Device that binds it
             rt = self.fleet.add(device_id)
             metrics.device_online_changed(None, rt.online, new=True)
         try:
@@ -76,6 +80,14 @@ class Ingest:
             if kind == "info":
                 self._refuse_contract(rt, str(err))
 
+    def adopt(self, device_id: str) -> None:
+        """A Device now binds this id: take in what the device said before (its retained info and status)."""
+        if self.fleet.get(device_id) is not None:
+            return
+        info = self.fleet.take(device_id, "info")
+        if info is not None:
+            self.on_message(Inbound(self.topics.of(device_id, "info"), info, retained=True))
+
     def on_connected(self) -> None:
         """After (re)connecting: states may have changed while we could not hear them."""
         self.link_up_since = time.monotonic()
@@ -93,8 +105,11 @@ class Ingest:
                 check = verify(contract, self.signing_keys)
                 if check.outcome != "valid":
                     raise messages.BadMessage(f"contract signature {check.outcome}: {check.detail}")
+                if contract.version is None:
+                    raise messages.BadMessage("a signed contract must carry its version (the contract field "
+                                              "`version`), so that an older one can be refused as a replay")
         finally:
-            pending = self.fleet.take_status(rt.device_id) if first else None
+            pending = self.fleet.take(rt.device_id, "status") if first else None
             if pending is not None:
                 self._status_of_new_device(rt, pending)
         previous = rt.contract
@@ -102,8 +117,12 @@ class Ingest:
         rt.capability = capability_name(contract)
         rt.capability_ensured = (rt.capability_ensured and previous is not None
                                  and rt.capability == capability_name(previous))
-        rt.registration_suppressed = False
         self._touch(rt)
+        # Judged now, before anything can act on the new contract: a hold or refusal is in force at once.
+        refused = self.trust.judge(rt)
+        if refused is not None:
+            self._refuse_contract(rt, refused)
+            return
         if previous is not None and capability_name(previous) != rt.capability:
             changes = contract_diff(previous, contract)
             self.notices.post_for(rt.device_id, "ContractChanged", "Observe",

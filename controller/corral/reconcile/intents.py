@@ -31,7 +31,7 @@ from corral.audit.events import EventRecorder, ObjectRef
 from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check
 from corral.decide.approvals import ApprovalView
-from corral.decide.decision import Decision, DeviceFacts, IntentFacts, Observation, Policy, decide, recheck
+from corral.decide.decision import Decision, DeviceFacts, Guards, IntentFacts, Observation, Policy, decide, recheck
 from corral.decide.idempotency import params_hash
 from corral.obs import metrics, tracing
 from corral.reconcile.access import AccessReviews
@@ -45,6 +45,7 @@ from corral.reconcile.workqueue import Result, WorkQueue
 log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 1024
+HOLD_RECHECK_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -163,11 +164,19 @@ class IntentReconciler:
         approvals = await self._approvals_for(body, facts.device)
         digest = params_hash(namespace, spec)
         now = datetime.now(UTC)
-        decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy)
+        decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy,
+                          _guards(view))
         base = {"params_hash": digest, "risk": decision.risk, "level": decision.level}
         if decision.outcome == "final":
             assert decision.code is not None
             return await self._finish(body, view, decision.code, decision.message, base)
+        if decision.outcome == "await_hold":
+            assert decision.expires_at is not None
+            if status.get("message") != decision.message:
+                await self._write(body, {**base, "phase": "Pending", "message": decision.message}, "held")
+                self._event(body, "WaitingForContract", "Decide", decision.message, "Warning")
+            # Looked at again soon: a person's acceptance lifts the hold at any moment.
+            return Result.after(max(0.1, min(HOLD_RECHECK_S, (decision.expires_at - now).total_seconds() + 0.1)))
         if decision.outcome == "await_approval":
             assert decision.expires_at is not None
             if phase != "AwaitingApproval":
@@ -319,7 +328,7 @@ class IntentReconciler:
         """Scope, pause, hold, interlocks and lease, once more: an approval may have taken minutes."""
         facts, device_facts = _facts(body, view)
         requester_may = await self._requester_may(facts, device_facts, body["metadata"]["namespace"])
-        return recheck(facts, device_facts, requester_may, datetime.now(UTC))
+        return recheck(facts, device_facts, requester_may, datetime.now(UTC), _guards(view))
 
     async def _await_device(self, body: Body, view: DeviceView, reached: asyncio.Future[dict[str, Any]], value: Any,
                             resumed: bool, command_id: str) -> None:
@@ -403,6 +412,10 @@ class IntentReconciler:
         meta = body["metadata"]
         self.recorder.post(ObjectRef(API_VERSION, "Intent", meta["name"], meta["namespace"], meta.get("uid")),
                            reason, action, note, type_, related)
+
+
+def _guards(view: DeviceView | None) -> Guards:
+    return Guards(hold=view.hold if view is not None else None)
 
 
 def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFacts]:

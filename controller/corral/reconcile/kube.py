@@ -41,6 +41,9 @@ class Kube:
             items += (await self.api.request("GET", path_of(GROUP, VERSION, plural, namespace)))["items"]
         return items
 
+    async def list_capabilities(self) -> list[Body]:
+        return list((await self.api.request("GET", path_of(GROUP, VERSION, "capabilities")))["items"])
+
     async def get_device(self, namespace: str, name: str) -> Body:
         return await self.api.request("GET", path_of(GROUP, VERSION, "devices", namespace, name))
 
@@ -78,15 +81,16 @@ class Kube:
             raise
         return True
 
-    async def create_device(self, namespace: str, body: Body) -> Body | None:
-        """Create it; None if a Device of that name exists already."""
+    async def delete_capability(self, name: str, uid: str, resource_version: str) -> bool:
+        """Delete it only as it was when last seen (the uid and version): False when it was changed or is gone."""
         try:
-            return await self.api.request("POST", path_of(GROUP, VERSION, "devices", namespace), body=body,
-                                          params={"fieldManager": CONTROLLER_MANAGER})
+            await self.api.request("DELETE", path_of(GROUP, VERSION, "capabilities", None, name),
+                                   body={"preconditions": {"uid": uid, "resourceVersion": resource_version}})
         except ApiError as err:
-            if err.status == 409:
-                return None
+            if err.status in (404, 409):
+                return False
             raise
+        return True
 
     async def apply_status(self, plural: str, namespace: str, name: str, kind: str, status: dict[str, Any],
                            reason: str) -> Body:

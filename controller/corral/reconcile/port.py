@@ -23,6 +23,7 @@ from corral.reconcile.driver import Driver, Pin
 from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.targets import TargetApplier
+from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import WorkQueue
 
 
@@ -38,6 +39,7 @@ class DeviceView:
     online: bool | None = None
     reported: Mapping[str, Any] = field(default_factory=dict)
     latest: Mapping[str, Sample] = field(default_factory=dict)
+    hold: str | None = None  # why the device's changed contract waits for a person
 
     @property
     def exists(self) -> bool:
@@ -65,8 +67,9 @@ class FleetPort:
     """The DevicePort of the running controller."""
 
     def __init__(self, fleet: Fleet, devices: DeviceCache, driver: Driver, applier: TargetApplier,
-                 queue: WorkQueue[str], notices: DeviceNotices, listening: Listening) -> None:
+                 queue: WorkQueue[str], notices: DeviceNotices, listening: Listening, trust: ContractTrust) -> None:
         self.fleet = fleet
+        self.trust = trust
         self.devices = devices
         self.driver = driver
         self.applier = applier
@@ -83,8 +86,11 @@ class FleetPort:
         rt = self.fleet.get(device_id) if bound and device_id else None
         if rt is None:
             return DeviceView(body, device_id, bound, known=False)
-        return DeviceView(body, device_id, bound, known=True, contract=rt.contract, online=rt.online,
-                          reported=dict(rt.reported), latest=dict(rt.buffer.latest))
+        # Decisions judge by the contract with the cluster's risk floors, never lower than the device claims.
+        contract = self.trust.effective(rt.contract, body) if rt.contract is not None else None
+        return DeviceView(body, device_id, bound, known=True, contract=contract, online=rt.online,
+                          reported=dict(rt.reported), latest=dict(rt.buffer.latest),
+                          hold="; ".join(rt.hold) if rt.hold else None)
 
     def still_listening(self) -> bool:
         return self.listening.still_listening()

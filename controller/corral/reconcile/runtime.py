@@ -14,10 +14,12 @@ from typing import Any
 from corral.contract.model import Contract
 from corral.devices.telemetry import EarlyWrites, SensorBuffer
 
-# Statuses of devices whose contract has not arrived yet, kept until it does (MQTT orders messages per
-# topic only, so `status` may come before `info`). Bounded: a flood of ids that never announce a contract
-# must not grow the controller without limit.
-MAX_PENDING_STATUSES = 10_000
+# The latest `info` and `status` of device ids the controller does not drive yet: an id no Device binds
+# (enrolled a moment later, on a broker Corral does not manage), or one whose status came before its
+# contract (MQTT orders messages per topic only). Bounded in number and bytes: a flood of junk ids costs
+# nothing beyond these bounds, and makes no Device and no Capability.
+MAX_PENDING = 4096
+MAX_PENDING_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -35,8 +37,13 @@ class DeviceRuntime:
     device_id: str
     contract: Contract | None = None
     contract_error: str | None = None
-    capability: str | None = None
+    capability: str | None = None  # the Capability of the announced contract
     capability_ensured: bool = False
+    # What the controller trusts (contract.trust): the accepted Capability, for the Device of this uid, and
+    # why the announced contract waits for a person (empty: it does not).
+    accepted_capability: str | None = None
+    accepted_for: str | None = None
+    hold: tuple[str, ...] = ()
     online: bool | None = None
     last_seen: datetime | None = None
     reported: dict[str, Any] = field(default_factory=dict)
@@ -52,7 +59,6 @@ class DeviceRuntime:
     next_attempt: float = 0.0
     announced: set[str] = field(default_factory=set)  # one-off Event keys already posted
     memory: StatusMemory = field(default_factory=StatusMemory)
-    registration_suppressed: bool = False
 
     def reached_set(self, key: tuple[str, int, int]) -> set[str]:
         if self.reached_for != key:
@@ -75,11 +81,12 @@ class DeviceRuntime:
 
 
 class Fleet:
-    """Every device heard of, by device id, and the statuses of devices not yet known."""
+    """Every device the controller drives, by device id, and the last words of ids it does not drive yet."""
 
     def __init__(self) -> None:
         self.devices: dict[str, DeviceRuntime] = {}
-        self._pending_status: OrderedDict[str, bytes] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, str], bytes] = OrderedDict()  # (device id, kind) -> payload
+        self._pending_bytes = 0
 
     def get(self, device_id: str) -> DeviceRuntime | None:
         return self.devices.get(device_id)
@@ -91,16 +98,24 @@ class Fleet:
         rt = self.devices[device_id] = DeviceRuntime(device_id)
         return rt
 
-    def keep_status(self, device_id: str, payload: bytes) -> None:
-        """Remember the latest status of a device that has not announced its contract yet."""
-        self._pending_status[device_id] = payload
-        self._pending_status.move_to_end(device_id)
-        while len(self._pending_status) > MAX_PENDING_STATUSES:
-            self._pending_status.popitem(last=False)
+    def keep(self, device_id: str, kind: str, payload: bytes) -> None:
+        """Remember the latest message of this kind from a device id the controller does not drive yet."""
+        key = (device_id, kind)
+        old = self._pending.pop(key, None)
+        if old is not None:
+            self._pending_bytes -= len(old)
+        self._pending[key] = payload
+        self._pending_bytes += len(payload)
+        while len(self._pending) > MAX_PENDING or self._pending_bytes > MAX_PENDING_BYTES:
+            _, dropped = self._pending.popitem(last=False)
+            self._pending_bytes -= len(dropped)
 
-    def take_status(self, device_id: str) -> bytes | None:
-        return self._pending_status.pop(device_id, None)
+    def take(self, device_id: str, kind: str) -> bytes | None:
+        payload = self._pending.pop((device_id, kind), None)
+        if payload is not None:
+            self._pending_bytes -= len(payload)
+        return payload
 
     @property
-    def pending_statuses(self) -> int:
-        return len(self._pending_status)
+    def pending(self) -> int:
+        return len(self._pending)

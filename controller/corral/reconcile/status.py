@@ -45,12 +45,15 @@ class Observed:
 
     generation: int | None
     online: bool
-    capability: str | None  # the accepted contract's Capability; None when refused
+    capability: str | None  # the announced contract's Capability; None when refused
     contract_error: str | None
     reported: Mapping[str, Any]
     sensors: Mapping[str, SensorReading]
     command_epoch: int
     verdict: Verdict | None  # None: not planned yet
+    accepted_capability: str | None = None  # the Capability the controller trusts (contract.trust)
+    hold: tuple[str, ...] = ()  # why the announced contract waits for a person
+    device: str = ""  # the Device's name, for what people are told to run
 
 
 def parse(status: Mapping[str, Any] | None) -> DeviceStatus | None:
@@ -96,6 +99,15 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         wanted.append(Wanted("Ready", "False", "ContractInvalid", "The device is inert: " + message, generation))
     else:
         verdict = observed.verdict or sync_verdict(None, observed.online, 0)
+        if observed.hold:
+            message = (f"The announced contract (Capability {observed.capability}) asks for more trust than the "
+                       f"accepted one ({observed.accepted_capability}): {'; '.join(observed.hold)}. Nothing is sent "
+                       f"and Intents wait until a person accepts it: corral devices accept-contract {observed.device}.")
+            wanted.append(Wanted("ContractAccepted", "False", "ChangeNeedsAcceptance", message, generation))
+            verdict = Verdict(False, "ContractHold", "Held until a person accepts the changed contract.")
+        else:
+            wanted.append(Wanted("ContractAccepted", "True", "Accepted",
+                                 f"Capability {observed.accepted_capability or observed.capability}", generation))
         in_sync = verdict.in_sync
         wanted.append(Wanted("ContractValid", "True", "Accepted", f"Capability {observed.capability}", generation))
         wanted.append(Wanted("InSync", "True" if in_sync else "False", verdict.reason, verdict.message, generation))
@@ -111,6 +123,8 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         stale=not observed.online,
         last_seen=previous.last_seen if previous is not None else None,
         capability=observed.capability,
+        # Kept through a refused contract: what a person trusted must not be forgotten by a device's refusal.
+        accepted_capability=observed.accepted_capability or observed.capability,
         reported=dict(observed.reported),
         sensors=dict(observed.sensors),
         in_sync=in_sync,
@@ -130,7 +144,7 @@ def waiting_status(previous: DeviceStatus | None, generation: int | None, now: d
     kept = previous or DeviceStatus()
     return DeviceStatus(
         online=False, stale=True, in_sync=False, last_seen=kept.last_seen, capability=kept.capability,
-        reported=kept.reported, sensors=kept.sensors, command_epoch=kept.command_epoch,
+        accepted_capability=kept.accepted_capability, reported=kept.reported, sensors=kept.sensors, command_epoch=kept.command_epoch,
         conditions=merge(kept.conditions, wanted, now), observed_generation=generation,
     )
 

@@ -1,0 +1,112 @@
+"""Broker accounts for enrolled devices, as commands for Mosquitto's dynamic security plugin. Pure.
+
+Each enrolled device gets one client (username = device id; the broker uses the username as client id,
+so no identity can take over another's session) and one role of its own: the plugin has no per-username
+ACL patterns, so least privilege needs a role per device. The role lets the device publish only on its
+own `info`, `status`, `ack`, `telemetry` and `event` topics, and subscribe only to its own `cmd` topic
+and the controller's heartbeat. Nothing else is allowed (the broker denies by default).
+
+`plan_accounts()` compares what the broker has (`listClients`, `listRoles`) with what the enrollments ask
+for, and returns only the commands that close the difference, so a controller that reconnects changes
+nothing when nothing changed; the plugin rewrites its whole state file for every change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from corral.devices.messages import Kind
+from corral.devices.topics import Topics
+
+CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"
+RESPONSE_TOPIC = f"{CONTROL_TOPIC}/response"
+ROLE_PREFIX = "corral-device-"
+DEVICE_PUBLISHES: tuple[Kind, ...] = ("info", "status", "ack", "telemetry", "event")
+
+Command = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Account:
+    """What one enrollment asks of the broker."""
+
+    device_id: str
+    password: str
+    enabled: bool = True
+
+
+def heartbeat_topic(topics: Topics) -> str:
+    """The controller's heartbeat (the failsafe's): only the controller publishes there."""
+    return f"{topics.prefix}/_corral/heartbeat"
+
+
+def role_name(device_id: str) -> str:
+    return ROLE_PREFIX + device_id
+
+
+def acls(topics: Topics, device_id: str) -> list[dict[str, Any]]:
+    own = [{"acltype": "publishClientSend", "topic": topics.of(device_id, kind), "allow": True}
+           for kind in DEVICE_PUBLISHES]
+    listens = [topics.of(device_id, "cmd"), heartbeat_topic(topics)]
+    return own + [{"acltype": "subscribePattern", "topic": topic, "allow": True} for topic in listens]
+
+
+def marker(topics: Topics, password: str) -> str:
+    """What the client's description carries: who manages it (this prefix) and a digest of its password, so a
+    reconnecting controller sees whether the broker's account matches the enrollment without the password."""
+    digest = hashlib.sha256(password.encode()).hexdigest()[:16]
+    return f"corral:{topics.prefix}:{digest}"
+
+
+def managed_by(description: str | None, topics: Topics) -> bool:
+    return bool(description) and str(description).startswith(f"corral:{topics.prefix}:")
+
+
+def plan_accounts(topics: Topics, wanted: Mapping[str, Account], clients: list[dict[str, Any]],
+                  roles: list[dict[str, Any]]) -> list[Command]:
+    """Commands that make the broker hold exactly the wanted accounts of this prefix.
+
+    `clients` and `roles` are the plugin's verbose listings. Accounts of other prefixes (other controllers
+    on the same broker) and the broker's own accounts are left alone.
+    """
+    have_clients = {c["username"]: c for c in clients}
+    have_roles = {r["rolename"]: r for r in roles}
+    commands: list[Command] = []
+    for device_id, account in sorted(wanted.items()):
+        role, rules = role_name(device_id), acls(topics, device_id)
+        existing_role = have_roles.get(role)
+        if existing_role is None:
+            commands.append({"command": "createRole", "rolename": role, "acls": rules})
+        elif _rules(existing_role.get("acls") or []) != _rules(rules):
+            commands.append({"command": "modifyRole", "rolename": role, "acls": rules})
+        description = marker(topics, account.password)
+        client = have_clients.get(device_id)
+        if client is None:
+            commands.append({"command": "createClient", "username": device_id, "password": account.password,
+                             "textdescription": description, "roles": [{"rolename": role}]})
+            if not account.enabled:
+                commands.append({"command": "disableClient", "username": device_id})
+            continue
+        if client.get("textdescription") != description:
+            commands.append({"command": "modifyClient", "username": device_id, "password": account.password,
+                             "textdescription": description})
+        if [r.get("rolename") for r in client.get("roles") or []] != [role]:
+            commands.append({"command": "modifyClient", "username": device_id, "roles": [{"rolename": role}]})
+        disabled = bool(client.get("disabled"))
+        if account.enabled and disabled:
+            commands.append({"command": "enableClient", "username": device_id})
+        elif not account.enabled and not disabled:
+            commands.append({"command": "disableClient", "username": device_id})  # disconnects it now
+    for username, client in sorted(have_clients.items()):
+        if username not in wanted and managed_by(client.get("textdescription"), topics):
+            commands.append({"command": "deleteClient", "username": username})  # disconnects it now
+            if role_name(username) in have_roles:
+                commands.append({"command": "deleteRole", "rolename": role_name(username)})
+    return commands
+
+
+def _rules(rules: list[dict[str, Any]]) -> set[tuple[str, str, bool]]:
+    return {(r["acltype"], r["topic"], bool(r.get("allow"))) for r in rules}

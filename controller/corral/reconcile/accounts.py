@@ -1,0 +1,163 @@
+"""The broker's device accounts, kept equal to the enrollment Secrets (Mosquitto's dynamic security plugin).
+
+The controller is the only writer of device accounts. It reads the enrollment Secrets (type
+`corral.dev/device-credential`, see client/enroll.py) and, whenever they change and whenever its MQTT link
+(re)connects, lists what the broker holds and sends only the commands that close the difference
+(`devices.accounts.plan_accounts`). The broker may have restarted without its state: every account comes
+back from the Secrets. Revoked enrollments are disabled (the broker disconnects the device), deleted ones
+deleted. A namespace enrolls at most `limit` devices; enrollments beyond it (the newest) get no account,
+and a Warning Event on their Device says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from typing import Any
+
+from corral.client.enroll import Credential, credential_of
+from corral.devices.accounts import CONTROL_TOPIC, Account, plan_accounts
+from corral.devices.link import MqttLink
+from corral.devices.topics import Topics
+from corral.reconcile.cache import Body, Key, key_of
+from corral.reconcile.notices import DeviceNotices
+
+log = logging.getLogger(__name__)
+
+BATCH = 200  # commands per message: the plugin rewrites its state file once per command either way
+ANSWER_S = 30.0
+
+
+class BrokerAccounts:
+    def __init__(self, link: MqttLink, topics: Topics, notices: DeviceNotices, limit_per_namespace: int) -> None:
+        self.link = link
+        self.topics = topics
+        self.notices = notices
+        self.limit = limit_per_namespace
+        self._enrollments: dict[Key, tuple[str, Credential]] = {}  # secret -> (creationTimestamp, credential)
+        self._dirty = asyncio.Event()
+        # Questions to the plugin by correlation id: every controller on a broker hears every answer.
+        self._answers: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        self._refused: set[str] = set()
+        self.synced = asyncio.Event()  # the broker matched the enrollments at least once
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- inputs ---------------------------------------------------------------------------------------------
+
+    def on_secret(self, event_type: str, body: Body) -> None:
+        key = key_of(body)
+        credential = credential_of(body) if event_type != "DELETED" else None
+        if credential is None:
+            if self._enrollments.pop(key, None) is not None:
+                self._dirty.set()
+            return
+        created = body["metadata"].get("creationTimestamp") or ""
+        if self._enrollments.get(key) != (created, credential):
+            self._enrollments[key] = (created, credential)
+            self._dirty.set()
+
+    def on_connected(self) -> None:
+        for answer in self._answers.values():  # asked on the old connection: never answered now
+            if not answer.done():
+                answer.set_exception(ConnectionError("the MQTT link was lost"))
+        self._answers.clear()
+        self._dirty.set()
+
+    def on_response(self, payload: bytes) -> None:
+        try:
+            responses = list(json.loads(payload).get("responses") or [])
+        except (ValueError, AttributeError):
+            return
+        question = str((responses[0] if responses else {}).get("correlationData") or "").split("/")[0]
+        answer = self._answers.pop(question, None)
+        if answer is not None and not answer.done():
+            answer.set_result(responses)
+
+    # ---- the loop -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="corral-broker-accounts")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            await self.link.connected.wait()
+            self._dirty.clear()
+            try:
+                await self.sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the broker was away or refused: try again soon
+                log.warning("could not bring the broker's device accounts in line with the enrollments: %s", err)
+                await asyncio.sleep(2.0)
+                self._dirty.set()
+
+    async def sync(self) -> None:
+        listings = await self._ask([{"command": "listClients", "verbose": True}, {"command": "listRoles", "verbose": True}])
+        clients = _data(listings, "listClients").get("clients") or []
+        roles = _data(listings, "listRoles").get("roles") or []
+        commands = plan_accounts(self.topics, self.wanted(), clients, roles)
+        for start in range(0, len(commands), BATCH):
+            batch = commands[start:start + BATCH]
+            for command, answer in zip(batch, await self._ask(batch), strict=False):
+                if answer.get("error"):
+                    log.warning("broker refused %s for %s: %s", command["command"],
+                                command.get("username") or command.get("rolename"), answer["error"])
+        if commands:
+            log.info("broker accounts: %d change(s) for %d enrolled device(s)", len(commands), len(self.wanted()))
+        self.synced.set()
+
+    def wanted(self) -> dict[str, Account]:
+        """The accounts the enrollments ask for: the oldest enrollments of each namespace, up to the limit."""
+        by_namespace: dict[str, list[tuple[str, Credential]]] = {}
+        for created, credential in self._enrollments.values():
+            by_namespace.setdefault(credential.namespace, []).append((created, credential))
+        wanted: dict[str, Account] = {}
+        for namespace, enrolled in by_namespace.items():
+            for index, (_, credential) in enumerate(sorted(enrolled, key=lambda e: (e[0], e[1].device_id))):
+                if index >= self.limit:
+                    self._refuse(credential, namespace)
+                    continue
+                # One device id is one broker identity: the oldest enrollment of it wins.
+                wanted.setdefault(credential.device_id, Account(credential.device_id, credential.password,
+                                                               enabled=not credential.revoked))
+        return wanted
+
+    def _refuse(self, credential: Credential, namespace: str) -> None:
+        if credential.device_id in self._refused:
+            return
+        self._refused.add(credential.device_id)
+        self.notices.post_for(credential.device_id, "EnrollmentRefused", "Refuse",
+                              f"Namespace {namespace} has reached its limit of {self.limit} enrolled devices: "
+                              f"device {credential.device_id} gets no broker account.", "Warning")
+        log.warning("enrollment of %s refused: namespace %s is at its limit of %d devices", credential.device_id,
+                    namespace, self.limit)
+
+    async def _ask(self, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        question = uuid.uuid4().hex
+        answer: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        self._answers[question] = answer
+        tagged = [{**command, "correlationData": f"{question}/{i}"} for i, command in enumerate(commands)]
+        self.link.publish(CONTROL_TOPIC, {"commands": tagged})
+        try:
+            return await asyncio.wait_for(answer, ANSWER_S)
+        finally:
+            self._answers.pop(question, None)
+
+
+def _data(responses: list[dict[str, Any]], command: str) -> dict[str, Any]:
+    for response in responses:
+        if response.get("command") == command:
+            if response.get("error"):
+                raise RuntimeError(f"{command}: {response['error']}")
+            return dict(response.get("data") or {})
+    raise RuntimeError(f"no answer to {command}")

@@ -1,0 +1,134 @@
+"""The cluster's Capabilities as the controller keeps them: made once per contract, collected when unused.
+
+A Capability is made when a device first announces its contract (content-addressed, so identical devices
+share one). The controller remembers every Capability it has seen, because a Device's accepted contract is
+the Capability named in its `status.acceptedCapability`: after a restart that is what a changed contract
+is compared with (`contract.trust`).
+
+Collection: a Capability that no Device names (as `capability` or `acceptedCapability`) for `grace`
+seconds, and that is older than that, is deleted, with a precondition on the version the controller saw.
+Only a controller that watches every namespace can know that no Device uses one; one that watches some
+namespaces leaves Capabilities alone (Capabilities are cluster-scoped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from corral.api.capability import CapabilitySpec
+from corral.api.codes import API_VERSION
+from corral.audit.events import EventRecorder, ObjectRef
+from corral.contract.model import Contract
+from corral.reconcile.cache import Body, DeviceCache
+from corral.reconcile.kube import Kube
+
+log = logging.getLogger(__name__)
+
+
+class Capabilities:
+    def __init__(self, kube: Kube, recorder: EventRecorder, devices: DeviceCache, grace_s: float,
+                 collect: bool, announced: Callable[[], set[str]] = set) -> None:
+        self.kube = kube
+        self.announced = announced  # what devices announced and judged, before any status names it
+        self.recorder = recorder
+        self.devices = devices
+        self.grace_s = grace_s
+        self.collect = collect
+        self._specs: dict[str, CapabilitySpec] = {}
+        self._seen: dict[str, Body] = {}  # name -> the object as last listed (for the delete precondition)
+        self._unused_since: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def prime(self) -> None:
+        """Every Capability there is, before the first contract is judged."""
+        for body in await self.kube.list_capabilities():
+            self._remember(body)
+
+    def contract(self, name: str | None, device_id: str) -> Contract | None:
+        spec = self._specs.get(name or "")
+        return spec.contract(device_id) if spec is not None else None
+
+    async def ensure(self, name: str, contract: Contract, device_id: str) -> None:
+        """The Capability for this contract exists (made now, with an Event, if it did not)."""
+        if name in self._specs:
+            return
+        spec = CapabilitySpec.from_contract(contract)
+        body = {"apiVersion": API_VERSION, "kind": "Capability", "metadata": {"name": name},
+                "spec": spec.model_dump(mode="json", exclude_none=True)}
+        if await self.kube.create_capability(body):
+            self.recorder.post(ObjectRef(API_VERSION, "Capability", name, None, None), "Created", "Register",
+                               f"Contract of {contract.model} {contract.fw} first announced by {device_id}")
+        self._specs[name] = spec
+
+    def _remember(self, body: Body) -> None:
+        name = body["metadata"]["name"]
+        try:
+            self._specs[name] = CapabilitySpec.model_validate(body.get("spec") or {})
+        except ValidationError as err:
+            log.warning("Capability %s does not parse; it is ignored: %s", name, err)
+            return
+        self._seen[name] = body
+
+    # ---- collection -----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.collect:
+            self._task = asyncio.create_task(self._run(), name="corral-capability-gc")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(max(1.0, min(self.grace_s / 4, 300.0)))
+            try:
+                await self.collect_unused()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the API server was away: next round
+                log.warning("collecting unused Capabilities failed: %s", err)
+
+    def in_use(self) -> set[str]:
+        used = set(self.announced())
+        for _, body in self.devices.items():
+            status = body.get("status") or {}
+            used.update(name for name in (status.get("capability"), status.get("acceptedCapability")) if name)
+        return used
+
+    async def collect_unused(self) -> list[str]:
+        """Delete the Capabilities unused for the grace period; the names deleted."""
+        listed = await self.kube.list_capabilities()
+        self._seen = {}
+        for body in listed:
+            self._remember(body)
+        for gone in set(self._specs) - set(self._seen):
+            self._specs.pop(gone, None)  # deleted by someone else
+        used, now, deleted = self.in_use(), time.monotonic(), []
+        for name, body in list(self._seen.items()):
+            if name in used:
+                self._unused_since.pop(name, None)
+                continue
+            since = self._unused_since.setdefault(name, now)
+            created = datetime.fromisoformat(body["metadata"]["creationTimestamp"])
+            old_enough = (datetime.now(UTC) - created).total_seconds() >= self.grace_s
+            if now - since < self.grace_s or not old_enough:
+                continue
+            meta = body["metadata"]
+            if await self.kube.delete_capability(name, meta["uid"], meta["resourceVersion"]):
+                deleted.append(name)
+                self.recorder.post(ObjectRef(API_VERSION, "Capability", name, None, None), "Collected", "Delete",
+                                   f"No Device has used Capability {name} for {self.grace_s:g} s; deleted.")
+            self._seen.pop(name, None)
+            self._specs.pop(name, None)
+            self._unused_since.pop(name, None)
+        return deleted
