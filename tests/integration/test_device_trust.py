@@ -22,18 +22,16 @@ import getpass
 import json
 import os
 import signal
+import ssl
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kubernetes
-import paho.mqtt.client as mqtt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -42,6 +40,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from corral.api.codes import GROUP, VERSION
 from corral.client.enroll import enroll
 from corral.client.intents import submit, wait_settled
+from corral.client.pki import KeyPair, issue
 from corral.contract.model import Contract
 from corral.contract.signature import sign
 from corral.devcluster.files import BROKER_CONTROLLER
@@ -53,6 +52,7 @@ from tests.broker_harness import observer
 from tests.controller_harness import CORRAL, ControllerProcess, device, events, running_controller
 from tests.gateway_harness import stdio_client
 from tests.harness import fresh_namespace, grant, rss_mib, wait_for
+from tests.mqtt5_harness import Account, PlayedDevice, client, granted, logs_in
 
 pytestmark = pytest.mark.integration
 
@@ -60,93 +60,6 @@ NOT_AUTHORIZED = 0x87
 HIDDEN = "\u202e\u2066\u200b\u200d\u2060\ufeff\U000e0041\U000e007f\ufe0f"  # bidi, zero-width, tags, selector
 A, B, C, D = "light-1", "porch-light", "garage-lock", "spare-relay"  # A: the id `corral sim --device light:1` gives
 HOLD_S = 4
-
-
-# ---- MQTT 5 clients that report the broker's answers -------------------------------------------------------
-
-@dataclass
-class Account:
-    username: str | None
-    password: str | None = None
-
-
-class Client:
-    """An MQTT 5 client on 127.0.0.1:port that waits for the broker's answers and returns their reason codes."""
-
-    def __init__(self, port: int, account: Account, client_id: str | None = None) -> None:
-        self.port = port
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5,
-                                  client_id=client_id if client_id is not None else account.username or "")
-        if account.username is not None:
-            self.client.username_pw_set(account.username, account.password)
-        self.connack: ReasonCode | None = None
-        self.connected = threading.Event()
-        self.dropped = threading.Event()
-        self.answers: dict[int, list[ReasonCode]] = {}
-        self.answered = threading.Condition()
-        self.received: list[mqtt.MQTTMessage] = []
-        self.client.on_connect = self._on_connect
-        self.client.on_disconnect = lambda *_: self.dropped.set()
-        self.client.on_publish = lambda _c, _u, mid, code, _p: self._answer(mid, [code])
-        self.client.on_subscribe = lambda _c, _u, mid, codes, _p: self._answer(mid, list(codes))
-        self.client.on_message = lambda _c, _u, message: self.received.append(message)
-
-    def _on_connect(self, _c: Any, _u: Any, _f: Any, code: ReasonCode, _p: Any) -> None:
-        self.connack = code
-        self.connected.set()
-
-    def _answer(self, mid: int, codes: list[ReasonCode]) -> None:
-        with self.answered:
-            self.answers[mid] = codes
-            self.answered.notify_all()
-
-    def answer_to(self, mid: int) -> ReasonCode:
-        with self.answered:
-            assert self.answered.wait_for(lambda: mid in self.answers, 10), f"no answer from the broker to {mid}"
-            return self.answers[mid][0]
-
-    def connect(self) -> ReasonCode:
-        """The CONNACK's reason code."""
-        self.client.connect("127.0.0.1", self.port, keepalive=30)
-        self.client.loop_start()
-        assert self.connected.wait(10) or self.dropped.is_set(), "no CONNACK"
-        assert self.connack is not None, "the broker closed the connection without a CONNACK"
-        return self.connack
-
-    def publish(self, topic: str, payload: str | bytes, retain: bool = False) -> ReasonCode:
-        """The PUBACK's reason code (QoS 1)."""
-        return self.answer_to(self.client.publish(topic, payload, qos=1, retain=retain).mid)
-
-    def subscribe(self, topic: str) -> ReasonCode:
-        """The SUBACK's reason code."""
-        _, mid = self.client.subscribe(topic, qos=1)
-        return self.answer_to(mid)
-
-    def round_trip(self) -> bool:
-        """Whether the connection still answers: a QoS 1 publish to a topic nobody may use, acknowledged."""
-        if self.dropped.is_set():
-            return False
-        info = self.client.publish(f"nobody/{uuid.uuid4().hex}", b"", qos=1)
-        with self.answered:
-            self.answered.wait_for(lambda: info.mid in self.answers or self.dropped.is_set(), 10)
-        return info.mid in self.answers and not self.dropped.is_set()
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-@contextmanager
-def client(port: int, account: Account, client_id: str | None = None) -> Iterator[Client]:
-    c = Client(port, account, client_id)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-def granted(code: ReasonCode | None) -> bool:
-    return code is not None and code.value < 0x80
 
 
 # ---- the broker attacks, the same on any listener -----------------------------------------------------------
@@ -178,56 +91,6 @@ def broker_attacks(port: int, prefix: str, victim: Account, attacker: Account,
 
 def attack_worked(result: ReasonCode | bool) -> bool:
     return result if isinstance(result, bool) else granted(result)
-
-
-# ---- a compromised device, played by the test with its own account ------------------------------------------
-
-@dataclass
-class PlayedDevice:
-    """A device's account in the attacker's hands: it announces any contract and acks commands as it likes."""
-
-    port: int
-    prefix: str
-    device_id: str
-    password: str
-    contract: dict[str, Any]
-    state: dict[str, Any]
-    error: str | None = None  # when set, every command is refused with this error
-    commands: list[dict[str, Any]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.mqtt = Client(self.port, Account(self.device_id, self.password))
-        self.mqtt.client.on_message = self._on_command
-
-    def topic(self, kind: str) -> str:
-        return f"{self.prefix}/{self.device_id}/{kind}"
-
-    def start(self) -> PlayedDevice:
-        self.mqtt.client.will_set(self.topic("status"), "offline", qos=1, retain=True)
-        assert granted(self.mqtt.connect())
-        assert granted(self.mqtt.subscribe(self.topic("cmd")))
-        self.announce(self.contract)
-        assert granted(self.mqtt.publish(self.topic("status"), "online", retain=True))
-        return self
-
-    def announce(self, contract: dict[str, Any]) -> None:
-        self.contract = contract
-        assert granted(self.mqtt.publish(self.topic("info"), json.dumps({**contract, "device_id": self.device_id}),
-                                         retain=True))
-
-    def _on_command(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
-        command = json.loads(message.payload)
-        self.commands.append(command)
-        if self.error is None and command.get("action") != "read" and command.get("actuator"):
-            self.state[command["actuator"]] = command.get("value")
-        ack = {"id": command.get("id"), "ok": self.error is None, "error": self.error, "state": self.state}
-        self.mqtt.client.publish(self.topic("ack"), json.dumps(ack), qos=1)
-
-    def sets(self) -> list[tuple[str, Any]]:
-        return [(c["actuator"], c.get("value")) for c in self.commands if c.get("action") not in (None, "read")]
-
-    def close(self) -> None:
-        self.mqtt.close()
 
 
 # ---- the site ----------------------------------------------------------------------------------------------
@@ -299,7 +162,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
         try:
             controller.start()
             # The controller makes the device accounts; C can log in once it has.
-            wait_for(lambda: _logs_in(plane.mqtt_port, Account(C, passwords[C])), "C's broker account", timeout_s=30)
+            wait_for(lambda: logs_in(plane.mqtt_port, Account(C, passwords[C])), "C's broker account", timeout_s=30)
             compromised.start()
             site = Site(plane, corral_api, operator, namespace, prefix, passwords, sim, compromised, controller,
                         directory)
@@ -313,11 +176,6 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
                 sim.wait(15)
             compromised.close()
             controller.stop()
-
-
-def _logs_in(port: int, account: Account) -> bool:
-    with client(port, account) as c:
-        return granted(c.connect())
 
 
 # ---- the tests ---------------------------------------------------------------------------------------------
@@ -542,8 +400,8 @@ def test_rotate_replaces_a_credential_and_revoke_disconnects_the_device(site: Si
                               str(site.plane.kubeconfig)], capture_output=True, text=True, timeout=60)
     assert rotated.returncode == 0, rotated.stderr
     new = next(line.split()[-1] for line in rotated.stdout.splitlines() if line.startswith("password"))
-    wait_for(lambda: _logs_in(site.plane.mqtt_port, Account(B, new)), "the new password to work")
-    assert not _logs_in(site.plane.mqtt_port, Account(B, old)), "the old password still works"
+    wait_for(lambda: logs_in(site.plane.mqtt_port, Account(B, new)), "the new password to work")
+    assert not logs_in(site.plane.mqtt_port, Account(B, old)), "the old password still works"
     site.passwords[B] = new
 
     with client(site.plane.mqtt_port, site.account(B)) as b:
@@ -577,7 +435,7 @@ def test_a_replayed_older_signed_contract_is_refused(plane: Plane, corral_api: k
     lock = PlayedDevice(plane.mqtt_port, prefix, "front-lock", password, fixed, {"locked": True, "firmware": "1.2.0"})
     with running_controller(plane, namespace, prefix, tmp_path, "--require-signatures",
                                    "--signing-keys", f"{namespace}/contract-keys"):
-        wait_for(lambda: _logs_in(plane.mqtt_port, Account("front-lock", password)), "the lock's account")
+        wait_for(lambda: logs_in(plane.mqtt_port, Account("front-lock", password)), "the lock's account")
         lock.start()
         try:
             status = wait_for(lambda: (device(corral_api, namespace, "front-lock").get("status") or {})
@@ -593,3 +451,77 @@ def test_a_replayed_older_signed_contract_is_refused(plane: Plane, corral_api: k
     assert "contract version 1 is older than the accepted version 2" in refused["message"], refused
     after = device(corral_api, namespace, "front-lock")["status"]
     assert after["acceptedCapability"] == status["acceptedCapability"]
+
+
+def test_a_broker_corral_does_not_manage_enforces_the_same_acls_with_client_certificates(
+        site: Site, tmp_path: Path) -> None:
+    """docs/device-trust.md, followed to the letter: a Mosquitto with client certificates from a Corral CA
+    (CN = device id) and the ACL file `corral broker acl-file` prints."""
+    def corral(*args: str) -> str:
+        done = subprocess.run([CORRAL, *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    corral("broker", "new-ca", "--out", str(tmp_path / "ca"))
+    for name in (D, A):
+        corral("devices", "issue-cert", name, "-n", site.namespace, "--kubeconfig", str(site.plane.kubeconfig),
+               "--ca-cert", str(tmp_path / "ca" / "ca.crt"), "--ca-key", str(tmp_path / "ca" / "ca.key"),
+               "--out", str(tmp_path / "certs"))
+    (tmp_path / "acl").write_text(corral("broker", "acl-file", "--topic-prefix", "ext"))
+    ca = KeyPair((tmp_path / "ca" / "ca.key").read_bytes(), (tmp_path / "ca" / "ca.crt").read_bytes())
+    server = issue(ca, "localhost", server_names=("127.0.0.1",))
+    (tmp_path / "server.crt").write_bytes(server.cert_pem)
+    (tmp_path / "server.key").write_bytes(server.key_pem)
+    controller_pair = issue(ca, BROKER_CONTROLLER, client=True)
+    (tmp_path / "controller.crt").write_bytes(controller_pair.cert_pem)
+    (tmp_path / "controller.key").write_bytes(controller_pair.key_pem)
+    port = free_port()
+    (tmp_path / "mosquitto.conf").write_text("\n".join([
+        f"listener {port} 127.0.0.1", f"cafile {tmp_path / 'ca' / 'ca.crt'}", f"certfile {tmp_path / 'server.crt'}",
+        f"keyfile {tmp_path / 'server.key'}", "require_certificate true", "use_identity_as_username true",
+        "allow_anonymous false", f"acl_file {tmp_path / 'acl'}", "persistence false", f"user {getpass.getuser()}", ""]))
+    proc = subprocess.Popen([find_mosquitto(), "-c", str(tmp_path / "mosquitto.conf")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def as_device(device_id: str | None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca" / "ca.crt"))
+        if device_id is not None:
+            context.load_cert_chain(tmp_path / "certs" / f"{device_id}.crt", tmp_path / "certs" / f"{device_id}.key")
+        return context
+
+    as_controller = ssl.create_default_context(cafile=str(tmp_path / "ca" / "ca.crt"))
+    as_controller.load_cert_chain(tmp_path / "controller.crt", tmp_path / "controller.key")
+    try:
+        wait_for(lambda: accepts_connections(port), "the site's own broker", timeout_s=10)
+        with client(port, Account(None), client_id=D, tls=as_device(D)) as device_d:
+            assert granted(device_d.connect())
+            assert granted(device_d.publish(f"ext/{D}/info", b"{}"))
+            assert granted(device_d.subscribe(f"ext/{D}/cmd"))
+            assert device_d.publish(f"ext/{A}/info", b"{}").value == NOT_AUTHORIZED
+            assert device_d.publish(f"ext/{A}/ack", b"{}").value == NOT_AUTHORIZED
+            assert device_d.publish(f"ext/{A}/cmd", b"{}").value == NOT_AUTHORIZED
+            assert device_d.publish("ext/_corral/heartbeat", b"{}").value == NOT_AUTHORIZED
+            # An acl_file grants any SUBSCRIBE and withholds the messages it does not allow to be read.
+            device_d.subscribe(f"ext/{A}/cmd")
+            with client(port, Account(None), client_id="corral-controller", tls=as_controller) as controller:
+                assert granted(controller.connect())
+                assert granted(controller.publish(f"ext/{A}/cmd", b'{"for": "A"}'))
+                assert granted(controller.publish(f"ext/{D}/cmd", b'{"for": "D"}'))
+            wait_for(lambda: device_d.received, "D's own command")
+            assert [m.topic for m in device_d.received] == [f"ext/{D}/cmd"], "D read A's command"
+        assert not _admitted(port, as_device(None)), "a client without a certificate was let in"
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def _admitted(port: int, tls: ssl.SSLContext) -> bool:
+    """Whether a client gets a successful CONNACK (a TLS handshake refused on the way counts as no)."""
+    with client(port, Account(None), client_id="nobody", tls=tls) as stranger:
+        try:
+            stranger.client.connect("127.0.0.1", port, keepalive=30)
+        except (ssl.SSLError, ConnectionError):
+            return False
+        stranger.client.loop_start()
+        wait_for(lambda: stranger.connected.is_set() or stranger.dropped.is_set(), "the broker's answer")
+        return granted(stranger.connack) and not stranger.dropped.is_set()

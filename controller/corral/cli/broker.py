@@ -1,4 +1,6 @@
-"""`corral broker init-dynsec`: the starting state of a Mosquitto broker that Corral manages.
+"""`corral broker init-dynsec | acl-file | new-ca`: preparing a broker for Corral.
+
+`init-dynsec` is the starting state of a Mosquitto broker that Corral manages.
 
 The chart's bundled Mosquitto runs this in an init container (the Corral image) before the broker starts:
 it writes the dynamic security plugin's state file with one account, the controller's (`corral-controller`,
@@ -6,6 +8,9 @@ its password from the environment, never from the command line), whose role may 
 the plugin (`$CONTROL/dynamic-security/#`); everyone else is denied by default. The broker keeps no
 persistence: the controller re-creates every enrolled device's account from the enrollment Secrets each
 time it connects.
+
+`acl-file` and `new-ca` are for a Mosquitto that Corral does not manage (docs/device-trust.md): the device
+ACLs as an `acl_file`, and a CA for device client certificates (`corral devices issue-cert`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from pathlib import Path
 
 import click
 
+from corral.client.pki import new_ca
 from corral.devcluster import files
+from corral.devices.accounts import mosquitto_acl_file
+from corral.devices.topics import Topics
 
 PASSWORD_ENV = "CORRAL_BROKER_CONTROLLER_PASSWORD"
 
@@ -41,7 +49,12 @@ def init_dynsec(path: Path) -> None:
         raise click.UsageError(f"set {PASSWORD_ENV} to the controller's broker password "
                                f"(the account {files.BROKER_CONTROLLER})")
     state = files.dynsec_config(password, None, (secrets.token_bytes(12),))
-    data = (json.dumps(state, indent=1) + "\n").encode()
+    write_private(path, (json.dumps(state, indent=1) + "\n").encode())
+    click.echo(f"Wrote {path}: account {files.BROKER_CONTROLLER}, deny by default for everyone else.", err=True)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`, readable by its owner only (mode 0600), or fail with a clear error."""
     temporary = path.with_name(f".{path.name}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -50,4 +63,33 @@ def init_dynsec(path: Path) -> None:
         os.replace(temporary, path)
     except OSError as err:
         raise click.ClickException(f"cannot write {path}: {err.strerror or err}") from None
-    click.echo(f"Wrote {path}: account {files.BROKER_CONTROLLER}, deny by default for everyone else.", err=True)
+
+
+@broker.command("acl-file")
+@click.option("--topic-prefix", default="iot", show_default=True, help="The prefix of the devices' topics.")
+@click.option("--controller-user", default=files.BROKER_CONTROLLER, show_default=True,
+              help="The controller's username on the broker.")
+def acl_file(topic_prefix: str, controller_user: str) -> None:
+    """Print the device ACLs as a Mosquitto acl_file, for a broker Corral does not manage.
+
+    Each device may publish only on its own info, status, ack, telemetry and event topics and subscribe only
+    to its own cmd topic and the controller's heartbeat; the controller may use every topic of the prefix.
+    """
+    click.echo(mosquitto_acl_file(Topics(topic_prefix), controller_user), nl=False)
+
+
+@broker.command("new-ca")
+@click.option("--out", "directory", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for ca.crt and ca.key (mode 0600); created if missing.")
+@click.option("--name", default="Corral device CA", show_default=True, help="The CA's common name.")
+def new_ca_command(directory: Path, name: str) -> None:
+    """Make a CA for device client certificates (`corral devices issue-cert`); the broker trusts its ca.crt."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if (directory / "ca.key").exists():
+        raise click.ClickException(f"{directory / 'ca.key'} exists: a new CA would orphan every certificate it "
+                                   "signed; remove it first if that is what you want")
+    ca = new_ca(name)
+    write_private(directory / "ca.key", ca.key_pem)
+    (directory / "ca.crt").write_bytes(ca.cert_pem)
+    click.echo(f"Wrote {directory / 'ca.crt'} (give it to the broker: cafile) and {directory / 'ca.key'} "
+               "(keep it safe).", err=True)

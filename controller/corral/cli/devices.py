@@ -1,14 +1,18 @@
-"""`corral devices enroll|rotate|revoke|accept-contract|list`: a person deciding which devices are trusted."""
+"""`corral devices enroll|rotate|revoke|issue-cert|accept-contract|list`: a person deciding which devices are trusted."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 import kubernetes
 
+from corral.cli.broker import write_private
 from corral.cli.kubeopts import kube_options
 from corral.client import enroll as enrollment
 from corral.client.contracts import AcceptError, accept
 from corral.client.enroll import Credential, EnrollmentError
+from corral.client.pki import KeyPair, issue
 from corral.devices.credentials import CredentialsError, write_credentials
 
 DNS_LABEL_HELP = "lower-case letters, digits and '-', at most 63 characters"
@@ -88,6 +92,41 @@ def revoke(client: kubernetes.client.ApiClient, namespace: str, name: str) -> No
     click.echo(f"Revoked {name} in {namespace} (device id {credential.device_id}): the controller disables its "
                "broker account, which disconnects it. To trust it again: delete its Secret "
                f"{enrollment.secret_name(credential.device_id)} and enroll it anew.")
+
+
+@devices.command(name="issue-cert")
+@click.argument("name")
+@click.option("--ca-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The CA certificate (PEM), e.g. from `corral broker new-ca`.")
+@click.option("--ca-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The CA's private key (PEM, unencrypted).")
+@click.option("--out", "directory", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for DEVICE-ID.crt and DEVICE-ID.key (mode 0600).")
+@click.option("--days", type=click.IntRange(min=1, max=3650), default=825, show_default=True,
+              help="Validity of the certificate.")
+@kube_options
+def issue_cert(client: kubernetes.client.ApiClient, namespace: str, name: str, ca_cert: Path, ca_key: Path,
+               directory: Path, days: int) -> None:
+    """Issue enrolled device NAME a client certificate (CN = its device id), for a broker that authenticates
+    devices by certificate (docs/device-trust.md). Revoking the device does not revoke the certificate:
+    the broker needs a CRL for that."""
+    try:
+        credential = enrollment.credential_of_device(client, namespace, name)
+    except EnrollmentError as err:
+        raise click.ClickException(str(err)) from None
+    if credential.revoked:
+        raise click.ClickException(f"{name} is revoked: enroll it anew before it gets a certificate")
+    try:
+        ca = KeyPair(ca_key.read_bytes(), ca_cert.read_bytes())
+        pair = issue(ca, credential.device_id, client=True, days=days)
+    except (ValueError, TypeError, AssertionError) as err:
+        raise click.ClickException(f"cannot sign with {ca_cert} and {ca_key} (an unencrypted EC or RSA key "
+                                   f"matching the certificate?): {err}") from None
+    directory.mkdir(parents=True, exist_ok=True)
+    write_private(directory / f"{credential.device_id}.key", pair.key_pem)
+    (directory / f"{credential.device_id}.crt").write_bytes(pair.cert_pem)
+    click.echo(f"Wrote {directory / credential.device_id}.crt and .key (CN={credential.device_id}, valid {days} "
+               "days): the device presents them to the broker instead of a password.", err=True)
 
 
 @devices.command(name="accept-contract")

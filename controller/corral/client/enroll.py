@@ -140,6 +140,15 @@ def _secret_of(api_client: kubernetes.client.ApiClient, namespace: str, name: st
     return dict(api_client.sanitize_for_serialization(secret))
 
 
+def credential_of_device(api_client: kubernetes.client.ApiClient, namespace: str, name: str) -> Credential:
+    """The enrolled device's credential (revoked or not)."""
+    secret = _secret_of(api_client, namespace, name)
+    current = credential_of(secret)
+    if current is None:
+        raise EnrollmentError(f"Secret {secret['metadata']['name']} is not a Corral device credential")
+    return current
+
+
 def rotate(api_client: kubernetes.client.ApiClient, namespace: str, name: str) -> Credential:
     """A new password; the old one stops working as soon as the controller updates the broker."""
     secret = _secret_of(api_client, namespace, name)

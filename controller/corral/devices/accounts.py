@@ -108,5 +108,21 @@ def plan_accounts(topics: Topics, wanted: Mapping[str, Account], clients: list[d
     return commands
 
 
+def mosquitto_acl_file(topics: Topics, controller: str) -> str:
+    """The same rules for a Mosquitto that Corral does not manage (its `acl_file`): `%u` is the username,
+    or with `use_identity_as_username` the client certificate's CN, which is the device id. The broker's
+    default for an ACL file is to deny what no line allows."""
+    lines = [f"# Corral device ACLs for topic prefix {topics.prefix!r}: each device its own topics only.",
+             "# %u is the username, or the client certificate's CN (use_identity_as_username true).",
+             *(f"pattern write {topics.of('%u', kind)}" for kind in DEVICE_PUBLISHES),
+             f"pattern read {topics.of('%u', 'cmd')}",
+             f"pattern read {heartbeat_topic(topics)}",
+             "",
+             "# The controller: commands and the heartbeat out, everything the devices say in.",
+             f"user {controller}",
+             f"topic readwrite {topics.prefix}/#"]
+    return "\n".join(lines) + "\n"
+
+
 def _rules(rules: list[dict[str, Any]]) -> set[tuple[str, str, bool]]:
     return {(r["acltype"], r["topic"], bool(r.get("allow"))) for r in rules}

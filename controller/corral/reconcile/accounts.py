@@ -112,7 +112,7 @@ class BrokerAccounts:
                 if answer.get("error"):
                     log.warning("broker refused %s for %s: %s", command["command"],
                                 command.get("username") or command.get("rolename"), answer["error"])
-        if commands:
+        if commands or not self.synced.is_set():
             log.info("broker accounts: %d change(s) for %d enrolled device(s)", len(commands), len(self.wanted()))
         self.synced.set()
 
