@@ -29,7 +29,8 @@ CORRAL = str(Path(sys.executable).parent / "corral")
 
 
 class ControllerProcess:
-    def __init__(self, plane: Plane, namespace: str, prefix: str, log_path: Path, *extra: str) -> None:
+    def __init__(self, plane: Plane, namespace: str | None, prefix: str, log_path: Path, *extra: str) -> None:
+        """namespace None: a controller that watches every namespace."""
         self.plane = plane
         self.namespace = namespace
         self.prefix = prefix
@@ -41,7 +42,7 @@ class ControllerProcess:
     def start(self) -> None:
         argv = [
             CORRAL, "run", "--mqtt", self.plane.mqtt_url_as(BROKER_CONTROLLER),
-            "--watch-namespace", self.namespace, "--topic-prefix", self.prefix,
+            *(("--watch-namespace", self.namespace) if self.namespace else ()), "--topic-prefix", self.prefix,
             "--health-port", str(self.health_port), "--command-timeout", "4", *self.extra,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)}
