@@ -255,6 +255,19 @@ def test_with_the_real_device_frozen_forged_acks_and_states_do_not_execute_an_in
     assert done["commandId"] == command_id, "completed by the ack to its own command"
 
 
+def test_an_intent_for_the_value_the_device_already_reports_is_still_sent_and_acked(site: Site) -> None:
+    with client(site.plane.mqtt_port, Account(*observer(site.plane, "cmd-watch"))) as watch:
+        assert granted(watch.connect())
+        assert granted(watch.subscribe(f"{site.prefix}/{A}/cmd"))
+        current = site.status(A)["reported"]["power"]
+        name = site.ask(A, "power", current)
+        done = wait_for(lambda: (s := site.intent(name).get("status") or {}).get("code") and s, "the Intent to end",
+                        timeout_s=30)
+        assert done["code"] == "EXECUTED", done
+        sent = [json.loads(m.payload) for m in watch.received]
+        assert [c["id"] for c in sent if c.get("id") == done["commandId"]], f"no command {done['commandId']}: {sent}"
+
+
 def test_a_device_that_lowers_its_own_risk_is_held_and_still_needs_approval_once_accepted(site: Site) -> None:
     device_c = site.compromised
     accepted = site.status(C)["acceptedCapability"]

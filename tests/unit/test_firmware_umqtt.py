@@ -81,8 +81,8 @@ class Device:
 @pytest.fixture
 def umqtt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     simple = types.ModuleType("umqtt.simple")
-    simple.MQTTClient = FakeClient  # type: ignore[attr-defined]
-    simple.MQTTException = FakeMQTTException  # type: ignore[attr-defined]
+    setattr(simple, "MQTTClient", FakeClient)  # noqa: B010 - a module made here has no such attribute to type
+    setattr(simple, "MQTTException", FakeMQTTException)  # noqa: B010
     monkeypatch.setitem(sys.modules, "umqtt", types.ModuleType("umqtt"))
     monkeypatch.setitem(sys.modules, "umqtt.simple", simple)
     monkeypatch.setitem(sys.modules, "ssl", FakeSsl)
