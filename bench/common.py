@@ -101,15 +101,21 @@ def wait_registered(admin: Any, namespace: str, count: int, timeout_s: float = 3
 
 @contextmanager
 def running_corral(plane: Plane, admin: Any, namespace: str, devices: dict[str, str],
-                   *controller_args: str) -> Iterator[tuple[str, str]]:
+                   *controller_args: str, tls: bool = False) -> Iterator[tuple[str, str]]:
     """Simulated devices (id -> type), the controller and the HTTP gateway (no rate limit) on the plane, all
-    devices registered: (the gateway's URL, the topic prefix)."""
+    devices registered: (the gateway's URL, the topic prefix). `tls`: devices and controller over mqtts://."""
     from tests.controller_harness import ControllerProcess
     from tests.fleet_harness import running_fleet
     from tests.gateway_harness import HttpGateway
 
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
-    with tempfile.TemporaryDirectory() as logs, running_fleet(plane, prefix, devices, enroll_in=(admin, namespace)):
+    if tls:
+        from corral.devcluster.files import BROKER_CONTROLLER
+
+        controller_args = ("--mqtt", plane.mqtt_url_as(BROKER_CONTROLLER, tls=True), "--mqtt-ca",
+                           str(plane.mqtt_ca_file), *controller_args)
+    with tempfile.TemporaryDirectory() as logs, \
+            running_fleet(plane, prefix, devices, enroll_in=(admin, namespace), tls=tls):
         controller = ControllerProcess(plane, namespace, prefix, Path(logs) / "controller.log", *controller_args)
         controller.start()
         gateway = None

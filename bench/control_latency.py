@@ -10,7 +10,10 @@ Real parts: the local kube-apiserver, Mosquitto, one simulated light (real firmw
 `get_state` command published straight to the device, which acks with its state and changes nothing.
 Also counted: the API requests each call costs, from the API server's own counters.
 
-    .venv/bin/python bench/control_latency.py [--calls 200] [--fresh-plane]
+    .venv/bin/python bench/control_latency.py [--calls 200] [--fresh-plane] [--tls]
+
+Every client logs in with its own account (the device with its enrollment, the raw MQTT client with an
+account of its own); `--tls` puts the device, the controller and the raw client on the TLS listener.
 
 Prints p50/p99 of each and the ratios; writes bench/results/control_latency-<time>.json.
 """
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import json
 import socket
+import ssl
 import statistics
 import threading
 import time
@@ -40,6 +44,7 @@ from common import (
     say,
     write_result,
 )
+from tests.broker_harness import observer
 from tests.gateway_harness import MODERN, http_client
 
 
@@ -57,7 +62,7 @@ async def control_calls(url: str, token: str, calls: int) -> tuple[list[float], 
     return times, codes
 
 
-def mqtt_round_trips(port: int, prefix: str, calls: int) -> list[float]:
+def mqtt_round_trips(plane: Any, prefix: str, calls: int, tls: bool) -> list[float]:
     acked: dict[str, float] = {}
     arrived = threading.Condition()
 
@@ -67,12 +72,15 @@ def mqtt_round_trips(port: int, prefix: str, calls: int) -> list[float]:
             acked[ack.get("id")] = time.perf_counter()
             arrived.notify_all()
 
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bench-{uuid.uuid4().hex[:6]}",
-                         protocol=mqtt.MQTTv5)
+    username, password = observer(plane, "raw")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username, protocol=mqtt.MQTTv5)
+    client.username_pw_set(username, password)
+    if tls:
+        client.tls_set_context(ssl.create_default_context(cafile=str(plane.mqtt_ca_file)))
     client.on_message = on_message
     # As the firmware and the controller do: small packets go out now, not after a delayed ACK.
     client.on_socket_open = lambda _c, _u, sock: sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    client.connect("127.0.0.1", port)
+    client.connect("127.0.0.1", plane.mqtt_tls_port if tls else plane.mqtt_port)
     client.loop_start()
     client.subscribe(f"{prefix}/bench-light/ack", qos=1)
     time.sleep(0.5)
@@ -97,19 +105,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--fresh-plane", action="store_true", help="a plane of its own, not `corral dev up`'s")
+    parser.add_argument("--tls", action="store_true", help="devices, controller and the raw client over mqtts://")
     args = parser.parse_args()
     with bench_plane(args.fresh_plane) as plane, agent_namespace(plane) as (admin, namespace, token), \
-            running_corral(plane, admin, namespace, {"bench-light": "light"}) as (url, prefix):
+            running_corral(plane, admin, namespace, {"bench-light": "light"}, tls=args.tls) as (url, prefix):
         say(f"  {args.calls} iot.control calls")
         before = api_requests(plane)
         control, codes = asyncio.run(control_calls(url, token, args.calls))
         per_call = requests_per(before, api_requests(plane), args.calls)
         say(f"  {args.calls} raw MQTT round trips")
-        floor = mqtt_round_trips(plane.mqtt_port, prefix, args.calls)
+        floor = mqtt_round_trips(plane, prefix, args.calls, args.tls)
         say(f"  {args.calls} Kubernetes create -> watch round trips")
         kube_floor = asyncio.run(kubernetes_floor(plane, namespace, args.calls))
     result = {
-        "calls": args.calls, "executed": codes.count("EXECUTED"),
+        "calls": args.calls, "tls": args.tls, "executed": codes.count("EXECUTED"),
         "control_p50_ms": round(statistics.median(control), 1), "control_p99_ms": round(percentile(control, 0.99), 1),
         "kube_floor_p50_ms": round(statistics.median(kube_floor), 2),
         "kube_floor_p99_ms": round(percentile(kube_floor, 0.99), 2),

@@ -11,6 +11,11 @@ telemetry, and after a warm-up measures for a window:
 
     .venv/bin/python bench/sim_fleet.py                       # 500 devices, 1 s interval, 60 s window
     .venv/bin/python bench/sim_fleet.py --devices 100 --duration 20
+    .venv/bin/python bench/sim_fleet.py --broker open         # the cost of accounts and TLS: compare
+
+`--broker tls` (the default) is the local plane's broker: every device logs in with its own account
+(dynamic security plugin, one role per device) over TLS; `auth` the same without TLS; `open` anonymous
+clients and no ACLs, as before devices were enrolled.
 
 Prints a summary and writes JSON to bench/results/sim_fleet-<time>.json.
 """
@@ -18,9 +23,11 @@ Prints a summary and writes JSON to bench/results/sim_fleet-<time>.json.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import statistics
@@ -35,12 +42,13 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from corral.devcluster.files import mosquitto_conf
+from common import REPO, RESULTS
+from corral.devcluster import broker as plane_broker
 from corral.devcluster.processes import accepts_connections, free_port
+from corral.devices.credentials import write_credentials
 from corral_sim.catalog import device_types
+from tests.broker_harness import OwnBroker, device_accounts, observer
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 PREFIX = "bench"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -58,7 +66,7 @@ def rss_mib(pid: int) -> float:
 class Listener:
     """Counts telemetry and status messages, per device, with receive-time lag."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, account: tuple[str, str] | None) -> None:
         self.lock = threading.Lock()
         self.counting = False
         self.telemetry: Counter[str] = Counter()
@@ -66,7 +74,10 @@ class Listener:
         self.online: set[str] = set()
         self.offline: set[str] = set()
         subscribed = threading.Event()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-listener", protocol=mqtt.MQTTv311)
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=account[0] if account else "bench-listener",
+                                  protocol=mqtt.MQTTv311)
+        if account is not None:
+            self.client.username_pw_set(*account)
         self.client.on_message = self._on_message
         self.client.on_subscribe = lambda *_: subscribed.set()
         self.client.connect("127.0.0.1", port, keepalive=30)
@@ -90,6 +101,13 @@ class Listener:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+
+
+def device_ids(devices: int) -> list[str]:
+    """The ids `corral sim` gives the devices of device_args(devices)."""
+    types = device_types()
+    counts = Counter(types[i % len(types)] for i in range(devices))
+    return [f"{t.replace('_', '-')}-{n}" for t, count in sorted(counts.items()) for n in range(1, count + 1)]
 
 
 def device_args(devices: int) -> list[str]:
@@ -119,6 +137,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="measurement window, seconds")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds after all devices are online")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--broker", choices=["tls", "auth", "open"], default="tls",
+                        help="devices log in with their own accounts over TLS (default), without TLS, or anonymously")
     parser.add_argument("--stock-broker", action="store_true",
                         help="use the dev plane's mosquitto.conf as is (Nagle on: ~40 ms p99 lag at the listener)")
     args = parser.parse_args()
@@ -126,19 +146,40 @@ def main() -> int:
     mosquitto = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     workdir = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     port = free_port()
-    # The dev plane's broker config, plus TCP_NODELAY: with Nagle on, Mosquitto holds small messages to the
-    # listener until a delayed ACK (~40 ms), which would show up as lag that is not the simulator's.
-    conf = mosquitto_conf(port) + ("" if args.stock_broker else "set_tcp_nodelay true\n")
-    (workdir / "mosquitto.conf").write_text(conf)
+    ids = device_ids(args.devices)
+    own = OwnBroker(port, workdir)
+    if args.broker == "open":
+        conf_file = workdir / "mosquitto.conf"
+        conf_file.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+                             f"max_queued_messages 100000\nuser {getpass.getuser()}\n"
+                             + ("" if args.stock_broker else "set_tcp_nodelay true\n"))
+    else:
+        # The local plane's broker (mosquitto_conf: TCP_NODELAY on, so small messages are not held back ~40 ms).
+        conf_file = plane_broker.prepare(workdir, port, own.tls_port, own.broker_passwords).conf
+        if args.stock_broker:
+            conf_file.write_text(conf_file.read_text().replace("set_tcp_nodelay true\n", ""))
     broker_log = open(workdir / "mosquitto.log", "wb")  # noqa: SIM115 - the broker writes it until the end
-    broker = subprocess.Popen([mosquitto, "-c", str(workdir / "mosquitto.conf")], stdout=broker_log, stderr=subprocess.STDOUT)
+    broker = subprocess.Popen([mosquitto, "-c", str(conf_file)], stdout=broker_log, stderr=subprocess.STDOUT)
     sim: subprocess.Popen[bytes] | None = None
     listener: Listener | None = None
     try:
         wait_until("Mosquitto to listen", lambda: accepts_connections(port), 10)
-        listener = Listener(port)
+        login: list[str] = []
+        listener_account = None
+        if args.broker != "open":
+            passwords = {d: secrets.token_urlsafe(16) for d in ids}
+            accounts_started = time.monotonic()
+            device_accounts(own, PREFIX, passwords)
+            print(f"{len(ids)} device accounts made in {time.monotonic() - accounts_started:.1f} s", file=sys.stderr)
+            write_credentials(str(workdir / "credentials.json"), passwords)
+            listener_account = observer(own, "listener")
+            login = ["--credentials", str(workdir / "credentials.json")]
+            if args.broker == "tls":
+                login += ["--mqtt-ca", str(workdir / "tls" / "ca.crt")]
+        url = f"mqtts://127.0.0.1:{own.tls_port}" if args.broker == "tls" else f"mqtt://127.0.0.1:{port}"
+        listener = Listener(port, listener_account)
         command = [
-            sys.executable, "-m", "corral.cli.main", "sim", *device_args(args.devices), "--mqtt", f"mqtt://127.0.0.1:{port}",
+            sys.executable, "-m", "corral.cli.main", "sim", *device_args(args.devices), "--mqtt", url, *login,
             "--prefix", PREFIX, "--telemetry-interval", str(args.interval), "--seed", str(args.seed),
         ]
         sim_log = open(workdir / "sim.log", "wb")  # noqa: SIM115 - the simulator writes it until the end
@@ -180,6 +221,7 @@ def main() -> int:
             "sim_command": " ".join(["corral", *command[3:]]),
             "devices": args.devices,
             "broker_tcp_nodelay": not args.stock_broker,
+            "broker": args.broker,
             "telemetry_interval_s": args.interval,
             "window_s": round(window, 2),
             "configured_rate_msgs_per_s": round(configured, 1),
@@ -204,7 +246,7 @@ def main() -> int:
         out = RESULTS / f"sim_fleet-{time.strftime('%Y%m%d-%H%M%S')}.json"
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(
-            f"{args.devices} devices, telemetry every {args.interval:g} s, {window:.0f} s window:\n"
+            f"{args.devices} devices ({args.broker} broker), telemetry every {args.interval:g} s, {window:.0f} s window:\n"
             f"  rate      configured {configured:.1f} msg/s, achieved {achieved:.1f} msg/s ({achieved / configured:.1%});"
             f" per device {min(per_device)}-{max(per_device)} messages (expected {window / args.interval:.0f})\n"
             f"  lag       p50 {result['lag_ms']['p50']} ms, p99 {result['lag_ms']['p99']} ms\n"

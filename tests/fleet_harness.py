@@ -144,14 +144,15 @@ def enroll_devices(kube: Any, namespace: str, devices: dict[str, str]) -> dict[s
 
 @contextmanager
 def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], *, enroll_in: tuple[Any, str] | None = None,
-                  credentials: dict[str, str] | None = None, **options: Any) -> Iterator[Fleet]:
+                  credentials: dict[str, str] | None = None, tls: bool = False, **options: Any) -> Iterator[Fleet]:
     """devices: id -> type. Runs the fleet on a thread of its own until the block ends (then stops it cleanly).
 
     Every device connects with an account of its own. `enroll_in` (an admin client, a namespace): the devices
     are enrolled there first, as a person would (Devices and credentials, which the controller keeps the
     broker's accounts from); `credentials` (id -> password): they were enrolled already; neither (tests of the
     firmware alone, no controller on this prefix): they only get broker accounts. Either way the accounts are
-    made at once, so the devices need not wait for a controller to make them.
+    made at once, so the devices need not wait for a controller to make them. `tls`: over the plane's TLS
+    listener, checked against its CA.
     """
     if enroll_in is not None:
         passwords = enroll_devices(enroll_in[0], enroll_in[1], devices)
@@ -163,7 +164,8 @@ def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], *, enroll_
     specs = [DeviceSpec(device_type, device_id) for device_id, device_type in devices.items()]
     settings = {"prefix": prefix, "reconnect_min_s": 0.2, "reconnect_max_s": 2.0, "connect_spread_s": 0.1,
                 "auto_inputs": False, **options}
-    broker = Broker("127.0.0.1", plane.mqtt_port, credentials=passwords)
+    broker = (Broker("127.0.0.1", plane.mqtt_tls_port, credentials=passwords, tls=True, ca_file=str(plane.mqtt_ca_file))
+              if tls else Broker("127.0.0.1", plane.mqtt_port, credentials=passwords))
     fleet = Fleet(specs, broker, FleetOptions(**settings))
     thread = threading.Thread(target=fleet.run, name="fleet", daemon=True)
     thread.start()

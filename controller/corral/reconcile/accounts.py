@@ -27,7 +27,10 @@ from corral.reconcile.notices import DeviceNotices
 
 log = logging.getLogger(__name__)
 
-BATCH = 200  # commands per message: the plugin rewrites its state file once per command either way
+# Commands per message. The plugin rewrites its whole state file for every command, and the broker does
+# nothing else meanwhile: at 5,000 devices a 200-command message held it for over 20 s. Small messages,
+# each answered before the next, let device traffic through in between; the total time is the same.
+BATCH = 10
 ANSWER_S = 30.0
 
 
