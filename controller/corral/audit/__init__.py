@@ -1,1 +1,3 @@
-"""Audit: every decision and every change to a device leaves a Kubernetes Event a person can read."""
+"""Audit: Kubernetes Events a person can read (events), and the durable record being built for issue 16:
+signed, hash-chained records (chain) and the checkpoints that show how far the log had reached
+(checkpoint). The record is not written by the controller yet."""
