@@ -1,0 +1,103 @@
+"""The audit log on disk (audit.log): group commit, crash-torn tails, rotation, and a disk that says no."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from corral.audit.chain import verify_lines
+from corral.audit.log import AuditLog, log_files
+
+KEY = Ed25519PrivateKey.generate()
+TRUSTED = {"c1": KEY.public_key()}
+
+
+def verify_all(directory: Path) -> tuple[bool, int]:
+    start, total = None, 0
+    for path in log_files(directory):
+        verified = verify_lines(path.read_bytes().splitlines(), TRUSTED, start)
+        if not verified.ok:
+            return False, total
+        start, total = verified.last, total + verified.records
+    return True, total
+
+
+def test_a_burst_is_written_with_few_fsyncs_and_every_caller_gets_its_seq(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, "c1", KEY)
+    audit.open()
+
+    async def burst() -> list[int]:
+        return list(await asyncio.gather(*(audit.append("intent.decided", f"home/req-{i}", {"i": i})
+                                           for i in range(200))))
+
+    seqs = asyncio.run(burst())
+    assert sorted(seqs) == list(range(1, 201))
+    assert audit.fsyncs <= 3, f"{audit.fsyncs} fsyncs for one burst"
+    assert verify_all(tmp_path) == (True, 200)
+
+
+def test_a_reopened_log_continues_its_chain_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, "c1", KEY)
+    audit.open()
+    asyncio.run(audit.append("command.sent", "home/lamp", {"id": "i-1"}))
+    with open(log_files(tmp_path)[-1], "ab") as out:
+        out.write(b'{"v":1,"seq":2,"kind":"comm')  # a crash in the middle of a write
+    again = AuditLog(tmp_path, "c1", KEY)
+    again.open()
+    assert asyncio.run(again.append("ack.received", "home/lamp", {"id": "i-1"})) == 2
+    assert verify_all(tmp_path) == (True, 2)
+
+
+def test_a_full_file_rotates_and_the_chain_runs_across_files(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, "c1", KEY, max_bytes=2000)
+    audit.open()
+
+    async def many() -> None:
+        for i in range(30):
+            await audit.append("state.changed", "home/lamp", {"power": i % 2 == 0})
+
+    asyncio.run(many())
+    assert len(log_files(tmp_path)) > 3
+    assert verify_all(tmp_path) == (True, 30)
+    reopened = AuditLog(tmp_path, "c1", KEY, max_bytes=2000)
+    reopened.open()
+    assert reopened.chain == audit.chain
+
+
+CHILD = """
+import asyncio, resource, signal, sys
+from pathlib import Path
+from cryptography.hazmat.primitives import serialization
+from corral.audit.log import AuditLog
+key = serialization.load_pem_private_key(sys.stdin.buffer.read(), password=None)
+audit = AuditLog(Path(sys.argv[1]), "c1", key)
+audit.open()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+async def main():
+    first = await audit.append("intent.decided", "home/a", {"n": 1})
+    resource.setrlimit(resource.RLIMIT_FSIZE, (600, resource.RLIM_INFINITY))
+    try:
+        await audit.append("intent.decided", "home/b", {"n": "x" * 2000})
+        print("written")
+    except OSError as err:
+        print("refused", audit.writable, err)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    print("then", await audit.append("intent.decided", "home/b", {"n": 2}), audit.writable)
+asyncio.run(main())
+"""
+
+
+def test_a_disk_that_refuses_the_write_is_told_to_every_caller_and_nothing_is_half_written(tmp_path: Path) -> None:
+    pem = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], input=pem, capture_output=True, timeout=60)
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert "refused False" in out and "cannot be written" in out, out
+    assert "then 2 True" in out, "the record after the failure takes the next seq: nothing was skipped"
+    assert verify_all(tmp_path) == (True, 2)
