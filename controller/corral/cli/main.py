@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from corral import __version__
+from corral.cli.audit import audit
 from corral.cli.broker import broker
 from corral.cli.crds import crds
 from corral.cli.demo import demo
@@ -22,6 +23,7 @@ def cli() -> None:
     """Corral: let AI agents operate physical devices safely."""
 
 
+cli.add_command(audit)
 cli.add_command(broker)
 cli.add_command(crds)
 cli.add_command(demo)
