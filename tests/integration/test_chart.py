@@ -13,7 +13,6 @@ import getpass
 import os
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import kubernetes
-import paho.mqtt.client as mqtt
 import pytest
 import yaml
 
@@ -37,6 +35,7 @@ from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
 from tests.harness import api_client, healthz, service_account_token, wait_for, wait_until_allowed
 from tests.helm_harness import KUBE_VERSION, Helm, helm_binary
+from tests.mqtt5_harness import Account, client
 
 pytestmark = pytest.mark.integration
 
@@ -193,21 +192,8 @@ def find_plugin_line(config: str) -> str:
 
 def _connack(port: int, context: ssl.SSLContext, username: str | None, password: str | None) -> str:
     """The broker's CONNACK reason for an MQTT 5 client over verified TLS to 127.0.0.1."""
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=username or "", protocol=mqtt.MQTTv5)
-    client.tls_set_context(context)
-    if username is not None:
-        client.username_pw_set(username, password)
-    reason: list[str] = []
-    answered = threading.Event()
-    client.on_connect = lambda _c, _u, _f, code, _p: (reason.append(str(code)), answered.set())
-    client.connect("127.0.0.1", port)
-    client.loop_start()
-    try:
-        assert answered.wait(10), "no CONNACK"
-        return reason[0]
-    finally:
-        client.disconnect()
-        client.loop_stop()
+    with client(port, Account(username, password), tls=context) as c:
+        return str(c.connect())
 
 
 @dataclass

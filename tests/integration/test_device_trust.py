@@ -50,7 +50,7 @@ from corral.devices.credentials import write_credentials
 from corral_sim.catalog import contract_for
 from tests.broker_harness import observer
 from tests.controller_harness import CORRAL, ControllerProcess, device, events, running_controller
-from tests.gateway_harness import stdio_client
+from tests.gateway_harness import kubeconfig_for, stdio_client
 from tests.harness import fresh_namespace, grant, rss_mib, wait_for
 from tests.mqtt5_harness import Account, PlayedDevice, client, granted, logs_in
 
@@ -309,8 +309,6 @@ def accept_contract(site: Site, name: str, token_of: kubernetes.client.ApiClient
                     ) -> subprocess.CompletedProcess[str]:
     kubeconfig = site.plane.kubeconfig
     if token_of is not None:
-        from tests.gateway_harness import kubeconfig_for
-
         token = token_of.configuration.api_key["authorization"].removeprefix("Bearer ")
         kubeconfig = kubeconfig_for(site.plane, token, site.directory / "person.kubeconfig", site.namespace)
     return subprocess.run([CORRAL, "devices", "accept-contract", name, "-n", site.namespace, "--kubeconfig",

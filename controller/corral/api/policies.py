@@ -34,6 +34,11 @@ def _identity_policy(name: str, plural: str, kind: str, field: str, article: str
     update_message = (
         f"'spec.{field} cannot change (it was \"' + oldObject.spec.{field} + '\"); create a new {kind} instead.'"
     )
+    return _policy(name, plural, [(create_rule, create_message), (update_rule, update_message)])
+
+
+def _policy(name: str, plural: str, rules: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """A policy that refuses (Forbidden) whatever fails one of its rules (CEL expression, message), and its binding."""
     policy = {
         "apiVersion": POLICY_API,
         "kind": "ValidatingAdmissionPolicy",
@@ -41,10 +46,8 @@ def _identity_policy(name: str, plural: str, kind: str, field: str, article: str
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": _match(plural),
-            "validations": [
-                {"expression": create_rule, "messageExpression": create_message, "reason": "Forbidden"},
-                {"expression": update_rule, "messageExpression": update_message, "reason": "Forbidden"},
-            ],
+            "validations": [{"expression": expression, "messageExpression": message, "reason": "Forbidden"}
+                            for expression, message in rules],
         },
     }
     return [policy, _binding(name)]
@@ -87,20 +90,7 @@ def _accept_contract_policy(name: str) -> list[dict[str, Any]]:
     message = ("'spec.acceptCapability accepts a changed device contract, which needs the approve verb on devices/' "
                "+ object.metadata.name + ' (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
                "approver to run corral devices accept-contract ' + object.metadata.name + '.'")
-    policy = {
-        "apiVersion": POLICY_API,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": _match("devices"),
-            "validations": [
-                {"expression": f"{accepted} == {before} || {may_approve}", "messageExpression": message,
-                 "reason": "Forbidden"},
-            ],
-        },
-    }
-    return [policy, _binding(name)]
+    return _policy(name, "devices", [(f"{accepted} == {before} || {may_approve}", message)])
 
 
 def admission_policies() -> list[dict[str, Any]]:

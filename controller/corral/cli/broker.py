@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from corral import privatefile
 from corral.client.pki import new_ca
 from corral.devcluster import files
 from corral.devices.accounts import mosquitto_acl_file
@@ -54,13 +55,9 @@ def init_dynsec(path: Path) -> None:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`, readable by its owner only (mode 0600), or fail with a clear error."""
-    temporary = path.with_name(f".{path.name}.tmp")
+    """privatefile.write_private, or fail with a clear error."""
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
+        privatefile.write_private(path, data)
     except OSError as err:
         raise click.ClickException(f"cannot write {path}: {err.strerror or err}") from None
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from corral.client.pki import KeyPair, issue, new_ca
 from corral.devcluster import files
 from corral.devcluster.errors import DevClusterError
+from corral.privatefile import write_private
 
 _PLUGIN_PATTERNS = ("/usr/lib/*/mosquitto_dynamic_security.so", "/usr/lib/mosquitto_dynamic_security.so",
                     "/usr/local/lib/mosquitto_dynamic_security.so")
@@ -56,10 +57,10 @@ def certificates(directory: Path) -> files.BrokerTls:
     if not (ca_file.exists() and cert_file.exists() and key_file.exists()):
         ca = new_ca("Corral local broker CA")
         server = issue(ca, "localhost", server_names=("localhost", "127.0.0.1", "::1"))
-        _write_private(tls / "ca.key", ca.key_pem)
+        write_private(tls / "ca.key", ca.key_pem)
         ca_file.write_bytes(ca.cert_pem)
         cert_file.write_bytes(server.cert_pem)
-        _write_private(key_file, server.key_pem)
+        write_private(key_file, server.key_pem)
     return files.BrokerTls(0, ca_file, cert_file, key_file)
 
 
@@ -77,13 +78,7 @@ def prepare(directory: Path, port: int, tls_port: int, passwords: dict[str, str]
     dynsec = directory / "dynamic-security.json"
     state = files.dynsec_config(passwords["controller"], passwords["admin"],
                                 (secrets.token_bytes(12), secrets.token_bytes(12)))
-    _write_private(dynsec, json.dumps(state, indent=1).encode())
+    write_private(dynsec, json.dumps(state, indent=1).encode())
     conf = directory / "mosquitto.conf"
     conf.write_text(files.mosquitto_conf(port, plugin_path(), dynsec, tls))
     return BrokerFiles(conf, tls.ca_file, passwords["controller"], passwords["admin"])
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)

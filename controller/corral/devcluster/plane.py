@@ -41,6 +41,7 @@ from corral.devcluster.processes import (
     start_detached,
     stop,
 )
+from corral.privatefile import write_private
 
 Progress = Callable[[str], None]
 
@@ -134,7 +135,7 @@ class DevPlane:
         tokens = state.setdefault("tokens", {})
         tokens.setdefault("admin", secrets.token_urlsafe(32))
         tokens.setdefault("user", secrets.token_urlsafe(32))
-        _write_private(self.state_dir / "tokens.csv", files.token_auth_csv(tokens["admin"], tokens["user"]))
+        write_private(self.state_dir / "tokens.csv", files.token_auth_csv(tokens["admin"], tokens["user"]))
 
         api_port = self._ensure_running(state, APISERVER, lambda port: self._apiserver_argv(binary.path, port),
                                         self._apiserver_config(binary.path))
@@ -152,10 +153,10 @@ class DevPlane:
         self._wait_for_broker(state, mqtt_port)
         plane = self._describe(state, binary, api_port, mqtt_port)
         self._wait_for_apiserver(state, plane)
-        _write_private(self.kubeconfig_path, files.kubeconfig(
+        write_private(self.kubeconfig_path, files.kubeconfig(
             plane.server, self._ca_file.read_bytes(), plane.admin_token, plane.user_token
         ))
-        _write_private(self.env_path, files.env_file(self.kubeconfig_path, plane.mqtt_url_as(files.BROKER_CONTROLLER),
+        write_private(self.env_path, files.env_file(self.kubeconfig_path, plane.mqtt_url_as(files.BROKER_CONTROLLER),
                                                      binary.kubectl.parent, plane.mqtt_ca_file))
         return plane
 
@@ -381,7 +382,7 @@ class DevPlane:
         return data if isinstance(data, dict) else {}
 
     def _save_state(self, state: dict) -> None:
-        _write_private(self._state_file, json.dumps(state, indent=2) + "\n")
+        write_private(self._state_file, json.dumps(state, indent=2) + "\n")
 
 
 def find_mosquitto() -> str:
@@ -414,9 +415,3 @@ def _get(server: str, ca_file: Path, token: str, path: str) -> str | None:
     except (urllib.error.URLError, OSError, ssl.SSLError):
         return None
 
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)

@@ -10,9 +10,10 @@ truncated, so enrolling one more device keeps the others.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
+
+from corral.privatefile import write_private
 
 
 class CredentialsError(Exception):
@@ -49,9 +50,4 @@ def write_credentials(path: str | Path, passwords: Mapping[str, str]) -> None:
     merged = {**existing, **passwords}
     document = {"devices": {device_id: {"username": device_id, "password": password}
                             for device_id, password in sorted(merged.items())}}
-    temporary = target.with_name(f".{target.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(document, out, indent=2)
-        out.write("\n")
-    os.replace(temporary, target)
+    write_private(target, json.dumps(document, indent=2) + "\n")

@@ -12,7 +12,6 @@ and a Warning Event on their Device says why.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -24,6 +23,7 @@ from corral.devices.link import MqttLink
 from corral.devices.topics import Topics
 from corral.reconcile.cache import Body, Key, key_of
 from corral.reconcile.notices import DeviceNotices
+from corral.reconcile.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,7 @@ class BrokerAccounts:
         self._task = asyncio.create_task(self._run(), name="corral-broker-accounts")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_all([self._task])
 
     async def _run(self) -> None:
         while True:

@@ -14,7 +14,6 @@ namespaces leaves Capabilities alone (Capabilities are cluster-scoped).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from corral.audit.events import EventRecorder, ObjectRef
 from corral.contract.model import Contract
 from corral.reconcile.cache import Body, DeviceCache
 from corral.reconcile.kube import Kube
+from corral.reconcile.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,7 @@ class Capabilities:
             self._task = asyncio.create_task(self._run(), name="corral-capability-gc")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_all([self._task])
 
     async def _run(self) -> None:
         while True:

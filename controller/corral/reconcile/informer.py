@@ -10,12 +10,12 @@ the first list of every namespace has been handed over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from corral.client.asyncapi import ApiError, AsyncApi, path_of
 from corral.reconcile.cache import Body, key_of
+from corral.reconcile.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,7 @@ class Informer:
                        for ns in self.namespaces]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(self._tasks)
 
     async def _run(self, namespace: str | None) -> None:
         collection = path_of(self.group, self.version, self.plural, namespace)
