@@ -38,12 +38,18 @@ class ControllerProcess:
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_port = free_port()
+        # Its own audit log, kept across restarts of this controller (a kill, then a start again).
+        self.audit_dir = log_path.parent / f"{log_path.stem}-audit"
+        self.audit_key = log_path.parent / "audit-keys" / "controller.pem"
 
     def start(self) -> None:
         argv = [
             CORRAL, "run", "--mqtt", self.plane.mqtt_url_as(BROKER_CONTROLLER),
             *(("--watch-namespace", self.namespace) if self.namespace else ()), "--topic-prefix", self.prefix,
-            "--health-port", str(self.health_port), "--command-timeout", "4", *self.extra,
+            "--health-port", str(self.health_port), "--command-timeout", "4",
+            "--audit-dir", str(self.audit_dir), "--audit-key", str(self.audit_key),
+            *(("--audit-checkpoint", f"{self.namespace}/corral-controller") if self.namespace else ()),
+            "--audit-checkpoint-interval", "5", *self.extra,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)}
         with open(self.log_path, "ab") as log:

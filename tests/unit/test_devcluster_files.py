@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import yaml
 
 from corral.devcluster import files
+from corral.devcluster.plane import DevPlane
+
+CHART_README = Path(__file__).resolve().parents[2] / "charts" / "corral" / "README.md"
 
 
 def test_kubeconfig_has_an_admin_context_and_a_rightless_user_context() -> None:
@@ -47,3 +51,47 @@ def test_broker_listens_on_loopback_only() -> None:
     assert not any(line.startswith("listener") and "127.0.0.1" not in line for line in conf)
     # Two retained messages per device arrive at once when the controller connects: none may be dropped.
     assert "max_queued_messages 100000" in conf
+
+
+def _audit_level(policy: dict, group: str, resource: str, verb: str) -> str:
+    """The level the first matching rule gives a request (how kube-apiserver reads a Policy)."""
+    for rule in policy["rules"]:
+        if rule.get("verbs") and verb not in rule["verbs"]:
+            continue
+        kinds = rule.get("resources")
+        if kinds and not any(k["group"] == group and (not k.get("resources") or resource in k["resources"])
+                             for k in kinds):
+            continue
+        return str(rule["level"])
+    return "None"
+
+
+def test_kube_audit_policy_records_corral_writes_with_bodies_and_nothing_else() -> None:
+    policy = yaml.safe_load(files.kube_audit_policy())
+    assert (policy["apiVersion"], policy["kind"]) == ("audit.k8s.io/v1", "Policy")
+    assert policy["omitStages"] == ["RequestReceived"]
+    for resource in ("intents", "approvals", "devices", "devices/status", "capabilities"):
+        for verb in ("create", "update", "patch", "delete", "deletecollection"):
+            assert _audit_level(policy, "corral.dev", resource, verb) == "RequestResponse", (resource, verb)
+        for verb in ("get", "list", "watch"):
+            assert _audit_level(policy, "corral.dev", resource, verb) == "None", (resource, verb)
+    for group, resource in (("", "configmaps"), ("", "secrets"), ("rbac.authorization.k8s.io", "rolebindings")):
+        assert _audit_level(policy, group, resource, "create") == "None", resource
+    assert policy["rules"][-1] == {"level": "None"}
+
+
+def test_chart_readme_shows_the_same_audit_policy_as_the_local_plane_runs() -> None:
+    readme = CHART_README.read_text()
+    section = readme.split("## Kubernetes' own audit (k3s)", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "no yaml block under the audit heading of the chart README"
+    assert yaml.safe_load(block[1]) == yaml.safe_load(files.kube_audit_policy())
+
+
+def test_local_plane_runs_kube_apiserver_with_the_audit_policy(tmp_path: Path) -> None:
+    plane = DevPlane(tmp_path)
+    argv = plane._apiserver_argv(Path("/bin/corral-kube"), 6443)
+    flags = argv[argv.index("--") + 1:]
+    assert f"--audit-policy-file={tmp_path / 'kube-audit-policy.yaml'}" in flags
+    assert f"--audit-log-path={tmp_path / 'kube-audit.log'}" in flags
+    assert {"--audit-log-maxsize=100", "--audit-log-maxbackup=3"} <= set(flags)

@@ -1,10 +1,11 @@
-"""The `corral.dev/v1alpha1` API: typed models of the four kinds, and the CRDs and policies made from them."""
+"""The `corral.dev/v1alpha1` API: typed models of its kinds, and the CRDs and policies made from them."""
 
 from corral.api.approval import Approval
 from corral.api.capability import Capability
+from corral.api.checkpoint import AuditCheckpoint
 from corral.api.device import Device
 from corral.api.intent import Intent
 
-KINDS = (Device, Capability, Intent, Approval)
+KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint)
 
-__all__ = ["KINDS", "Approval", "Capability", "Device", "Intent"]
+__all__ = ["KINDS", "Approval", "AuditCheckpoint", "Capability", "Device", "Intent"]

@@ -79,8 +79,16 @@ class Chain:
     def next(self, kind: str, subject: str, at: datetime, data: Mapping[str, Any], key_name: str,
              key: Ed25519PrivateKey, uid: str | None = None, trace: str | None = None) -> bytes:
         """The next record's line, sealed; the chain moves on to it."""
-        record = AuditRecord(seq=self.seq + 1, at=at, kind=kind, subject=subject, uid=uid, trace=trace,
-                             data=dict(data), prev=self.head, key=key_name)
+        return self.seal(self.record(kind, subject, at, data, key_name, uid, trace), key)
+
+    def record(self, kind: str, subject: str, at: datetime, data: Mapping[str, Any], key_name: str,
+               uid: str | None = None, trace: str | None = None) -> AuditRecord:
+        """The next record, unsigned: `seal` it next, in the same order."""
+        return AuditRecord(seq=self.seq + 1, at=at, kind=kind, subject=subject, uid=uid, trace=trace,
+                           data=dict(data), prev=self.head, key=key_name)
+
+    def seal(self, record: AuditRecord, key: Ed25519PrivateKey) -> bytes:
+        """The record's line, signed; the chain moves on to it."""
         line = seal(record, key)
         self.seq, self.head = record.seq, digest(line)
         return line

@@ -10,16 +10,20 @@ of the one before). On open, the newest file's tail is read back to continue the
 without its newline is what a crash mid-write leaves, was never acknowledged, and is cut off.
 
 If a write fails (a full disk, a file size limit), every waiting caller gets the error and `writable`
-turns False until a later write succeeds: the controller decides nothing new meanwhile.
+turns False until a later write succeeds: the controller decides nothing new meanwhile. Facts nobody
+waits for (`note()`: commands, acks, state changes) are kept and written again every second until the log
+takes them; beyond `MAX_BACKLOG` of them the oldest give way, and the log says how many once it can
+(an `audit.lost` record): never dropped in silence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 
 FILE_PATTERN = re.compile(r"^audit-(\d{6})\.jsonl$")
 DEFAULT_MAX_BYTES = 64 * 2**20
+MAX_BACKLOG = 10_000
+RETRY_S = 1.0
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -40,10 +46,28 @@ def log_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if FILE_PATTERN.match(p.name)) if directory.is_dir() else []
 
 
+class InUse(RuntimeError):
+    """Another process holds the log."""
+
+
+class Unwritable(OSError):
+    """The audit log cannot be written: nothing that needs a record may happen meanwhile."""
+
+
 @dataclass
 class _Pending:
     record: dict[str, Any]
-    done: asyncio.Future[int]
+    done: asyncio.Future[int] | None  # None: a noted fact, kept until it is written
+
+
+def read_records(directory: Path, since: datetime | None = None) -> Iterator[AuditRecord]:
+    """The records on disk, oldest first; with `since`, files last written before it are skipped."""
+    for path in log_files(directory):
+        if since is not None and datetime.fromtimestamp(path.stat().st_mtime, UTC) < since:
+            continue
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                yield AuditRecord.model_validate_json(line)
 
 
 class AuditLog:
@@ -55,13 +79,26 @@ class AuditLog:
         self.chain = Chain()
         self.writable = True
         self.fsyncs = 0
+        self.error = ""  # why it could not be written, while it cannot
+        self.lost = 0  # noted facts that gave way while the log could not be written, not yet told
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self._probe: asyncio.Future[int] | None = None
+        self._lock: int | None = None
         self._file: Path | None = None
+        self._listeners: list[Any] = []
 
     def open(self) -> None:
         """Continue the chain where the newest file ends (cutting a torn last line). Blocking: call it at start."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise InUse(f"audit log {self.directory} is in use by another process: two writers would fork its "
+                        "chain; give each controller (and gateway) a directory of its own") from None
         files = log_files(self.directory)
         if not files:
             self._file = self.directory / "audit-000001.jsonl"
@@ -82,40 +119,104 @@ class AuditLog:
         if last:
             self.chain = Chain(AuditRecord.model_validate_json(last).seq, digest(last))
 
+    def on_record(self, listener: Any) -> None:
+        """Call listener(record) for every record once it is on disk (the decision index, the HTTPS reader)."""
+        self._listeners.append(listener)
+
     async def append(self, kind: str, subject: str, data: Mapping[str, Any], *, uid: str | None = None,
                      trace: str | None = None, at: datetime | None = None) -> int:
         """Record a fact; returns its seq once it is on disk. Raises OSError when it could not be written."""
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending({"kind": kind, "subject": subject, "data": dict(data), "uid": uid,
-                                       "trace": trace, "at": at or datetime.now(UTC)}, done))
+        self._pending.append(_Pending(_fact(kind, subject, data, uid, trace, at), done))
+        self._kick()
+        return await done
+
+    def note(self, kind: str, subject: str, data: Mapping[str, Any], *, uid: str | None = None,
+             trace: str | None = None, at: datetime | None = None) -> None:
+        """Record a fact nobody waits for: written with the next batch, kept and retried while the log
+        cannot be written."""
+        self._pending.append(_Pending(_fact(kind, subject, data, uid, trace, at), None))
+        self._kick()
+
+    async def recovered(self) -> bool:
+        """While the log cannot be written: try once (coalesced with every other caller's try) and say whether
+        it can be again. The try is itself a record of the outage."""
+        if self.writable:
+            return True
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(self.append("audit.recovered", "audit", {"error": self.error}))
+        try:
+            await asyncio.shield(self._probe)
+        except Unwritable:
+            return False
+        return True
+
+    async def flush(self) -> None:
+        """Wait until everything appended or noted so far was written (or failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        if self._lock is not None:
+            os.close(self._lock)  # and with it the lock
+            self._lock = None
+
+    def _kick(self) -> None:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_all(), name="audit-writer")
-        return await done
 
     async def _write_all(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
+            if self.lost:
+                batch.insert(0, _Pending(_fact("audit.lost", "audit", {"records": self.lost, "why": (
+                    "facts noted while the log could not be written, beyond the backlog of "
+                    f"{MAX_BACKLOG}")}, None, None, None), None))
             before = Chain(self.chain.seq, self.chain.head)
-            lines = [self.chain.next(p.record["kind"], p.record["subject"], p.record["at"], p.record["data"],
-                                     self.key_name, self.key, uid=p.record["uid"], trace=p.record["trace"])
-                     for p in batch]
+            records, lines = [], []
+            for p in batch:
+                record = self.chain.record(p.record["kind"], p.record["subject"], p.record["at"], p.record["data"],
+                                           self.key_name, uid=p.record["uid"], trace=p.record["trace"])
+                records.append(record)
+                lines.append(self.chain.seal(record, self.key))
             try:
                 await asyncio.to_thread(self._write, lines)
             except OSError as err:
                 self.chain = before  # nothing of the batch counts: it is written again by whoever retries
                 if self.writable:
                     log.error("audit log %s cannot be written: %s; deciding nothing new until it can", self._file, err)
-                self.writable = False
+                self.writable, self.error = False, str(err)
+                self._keep([p for p in batch if p.done is None and p.record["kind"] != "audit.lost"])
                 for pending in batch:
-                    if not pending.done.done():
-                        pending.done.set_exception(OSError(err.errno, f"the audit log cannot be written: {err}"))
-                continue
+                    if pending.done is not None and not pending.done.done():
+                        pending.done.set_exception(Unwritable(err.errno, f"the audit log cannot be written: {err}"))
+                return  # the rest waits for the next append or the retry
             if not self.writable:
                 log.warning("audit log %s is writable again", self._file)
-            self.writable = True
-            for pending, seq in zip(batch, range(before.seq + 1, self.chain.seq + 1), strict=True):
-                if not pending.done.done():
-                    pending.done.set_result(seq)
+            self.writable, self.lost, self.error = True, 0, ""
+            for pending, record in zip(batch, records, strict=True):
+                for listener in self._listeners:
+                    listener(record)
+                if pending.done is not None and not pending.done.done():
+                    pending.done.set_result(record.seq)
+
+    def _keep(self, noted: list[_Pending]) -> None:
+        """Noted facts of a failed batch go first in line for the next write, at the latest a second from now."""
+        self._pending = noted + self._pending
+        over = sum(1 for p in self._pending if p.done is None) - MAX_BACKLOG
+        if over > 0:
+            self.lost += over
+            oldest = [p for p in self._pending if p.done is None][:over]
+            self._pending = [p for p in self._pending if all(p is not o for o in oldest)]
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        if self._pending:
+            self._kick()
 
     def _write(self, lines: list[bytes]) -> None:
         assert self._file is not None, "open() the log first"
@@ -136,3 +237,9 @@ class AuditLog:
             self.fsyncs += 1
         finally:
             os.close(fd)
+
+
+def _fact(kind: str, subject: str, data: Mapping[str, Any], uid: str | None, trace: str | None,
+          at: datetime | None) -> dict[str, Any]:
+    return {"kind": kind, "subject": subject, "data": dict(data), "uid": uid, "trace": trace,
+            "at": at or datetime.now(UTC)}

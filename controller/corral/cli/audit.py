@@ -25,7 +25,7 @@ UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def _keys(paths: tuple[Path, ...]) -> dict[str, Ed25519PublicKey]:
-    """Trusted keys, each named after its file (without the extension), as records name theirs."""
+    """Trusted keys, each named after its file (without .pem or .pub.pem), as records name theirs."""
     keys = {}
     for path in paths:
         try:
@@ -34,7 +34,7 @@ def _keys(paths: tuple[Path, ...]) -> dict[str, Ed25519PublicKey]:
             raise click.BadParameter(f"{path}: not a PEM public key ({err})", param_hint="--key") from None
         if not isinstance(key, Ed25519PublicKey):
             raise click.BadParameter(f"{path}: not an Ed25519 key", param_hint="--key")
-        keys[path.stem] = key
+        keys[path.stem.removesuffix(".pub")] = key
     return keys
 
 
@@ -54,7 +54,7 @@ def audit() -> None:
 @click.option("--file", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="The log's directory.")
 @click.option("--key", "keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              required=True, help="A trusted public key (PEM), named after its file: NAME.pem signs as NAME.")
+              required=True, help="A trusted public key (PEM), named after its file: NAME.pem or NAME.pub.pem signs as NAME.")
 @click.option("--checkpoint", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The newest checkpoint (JSON): without it a cut-off tail cannot be noticed.")
 @click.option("--max-age", type=float, default=600.0, show_default=True,

@@ -68,6 +68,21 @@ from corral.reconcile.intents import IntentSettings
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
 @click.option("--signing-keys", metavar="NAMESPACE/SECRET",
               help="Secret whose data entries are the trusted contract signing public keys.")
+@click.option("--audit-dir", envvar="CORRAL_AUDIT_DIR", default=".corral/audit", show_default=True,
+              type=click.Path(file_okay=False), help="Directory of the audit log (a PersistentVolume in the chart).")
+@click.option("--audit-key", envvar="CORRAL_AUDIT_KEY", default=".corral/audit-keys/controller.pem",
+              show_default=True, type=click.Path(dir_okay=False),
+              help="The Ed25519 private key (PEM) that signs the audit log and its checkpoints; made there if missing "
+                   "unless --no-create-audit-key. Its public half is written beside it as NAME.pub.pem.")
+@click.option("--audit-key-name", default="controller", show_default=True,
+              help="The name records give their key: `corral audit verify --key NAME.pem`.")
+@click.option("--no-create-audit-key", is_flag=True, help="Refuse to start without the key (the chart mounts a Secret).")
+@click.option("--audit-checkpoint", metavar="NAMESPACE/NAME",
+              help="The AuditCheckpoint object the signed checkpoints are published to.")
+@click.option("--audit-checkpoint-interval", type=click.FloatRange(min=0.5), default=300.0, show_default=True,
+              help="Seconds between checkpoints; `corral audit verify --max-age` should be twice this.")
+@click.option("--audit-max-bytes", type=click.IntRange(min=4096), default=64 * 2**20, show_default=True,
+              help="An audit log file this large is closed and the next one continues the chain.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
@@ -92,6 +107,13 @@ def run(
     health_port: int,
     require_signatures: bool,
     signing_keys: str | None,
+    audit_dir: str,
+    audit_key: str,
+    audit_key_name: str,
+    no_create_audit_key: bool,
+    audit_checkpoint: str | None,
+    audit_checkpoint_interval: float,
+    audit_max_bytes: int,
     verbose: bool,
 ) -> None:
     """Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."""
@@ -124,7 +146,16 @@ def run(
         coalescing=Coalescing(interval_s=status_interval, deadbands=_parse_deadbands(deadbands)),
         require_signatures=require_signatures,
         signing_keys_secret=signing_keys,
+        audit_dir=audit_dir,
+        audit_key_file=audit_key,
+        audit_key_name=audit_key_name,
+        audit_create_key=not no_create_audit_key,
+        audit_checkpoint=audit_checkpoint,
+        audit_checkpoint_interval_s=audit_checkpoint_interval,
+        audit_max_bytes=audit_max_bytes,
     )
+    if audit_checkpoint is not None and audit_checkpoint.count("/") != 1:
+        raise click.BadParameter(f"{audit_checkpoint!r}: use NAMESPACE/NAME", param_hint="--audit-checkpoint")
     try:
         BrokerAddress.parse(mqtt_url)
     except ValueError as err:
@@ -173,6 +204,9 @@ async def _operate(config: ControllerConfig, intent_settings: IntentSettings, he
                    namespaces: list[str]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # A write past a file size limit fails with EFBIG instead of killing the process: the audit log then
+    # refuses new decisions and says why, and the controller keeps driving devices.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await kopf.operator(

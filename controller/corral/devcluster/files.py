@@ -158,3 +158,26 @@ def dynsec_config(controller_password: str, admin_password: str | None, salts: t
         "groups": [],
         "roles": roles,
     }
+
+
+# Kubernetes' own audit, beside Corral's Events: who wrote which Intent, Approval or Device (its target, an
+# accepted contract, its status), with the request and response bodies as the API server saw them. Nothing
+# else is recorded; reads are not. The chart README shows this same text for k3s (a unit test keeps them equal).
+_KUBE_AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+# Every write to Corral's resources (group corral.dev, every resource and subresource), with its bodies.
+- level: RequestResponse
+  verbs: [create, update, patch, delete, deletecollection]
+  resources:
+  - group: corral.dev
+# Nothing else.
+- level: None
+"""
+
+
+def kube_audit_policy() -> str:
+    """kube-apiserver --audit-policy-file: writes to group corral.dev at RequestResponse, nothing else."""
+    return _KUBE_AUDIT_POLICY

@@ -69,6 +69,7 @@ class Plane:
     mqtt_tls_url: str = ""  # the same broker over TLS; its CA is mqtt_ca_file
     mqtt_ca_file: Path = Path()
     broker_passwords: dict[str, str] = field(default_factory=dict)  # controller, admin
+    audit_log: Path = Path()  # kube-apiserver's own audit log (JSON lines): every write to group corral.dev
 
     @property
     def mqtt_port(self) -> int:
@@ -122,6 +123,14 @@ class DevPlane:
     def _ca_file(self) -> Path:
         return self._kube_dir / "pki" / "ca.crt"
 
+    @property
+    def audit_policy_path(self) -> Path:
+        return self.state_dir / "kube-audit-policy.yaml"
+
+    @property
+    def audit_log_path(self) -> Path:
+        return self.state_dir / "kube-audit.log"
+
     def _log(self, component: str) -> Path:
         return self.state_dir / "logs" / f"{component}.log"
 
@@ -136,6 +145,7 @@ class DevPlane:
         tokens.setdefault("admin", secrets.token_urlsafe(32))
         tokens.setdefault("user", secrets.token_urlsafe(32))
         write_private(self.state_dir / "tokens.csv", files.token_auth_csv(tokens["admin"], tokens["user"]))
+        write_private(self.audit_policy_path, files.kube_audit_policy())
 
         api_port = self._ensure_running(state, APISERVER, lambda port: self._apiserver_argv(binary.path, port),
                                         self._apiserver_config(binary.path))
@@ -186,10 +196,17 @@ class DevPlane:
             "--authorization-mode=RBAC",
             f"--token-auth-file={self.state_dir / 'tokens.csv'}",
             "--profiling=false",
+            # Kubernetes' own audit (files.kube_audit_policy): who wrote which corral.dev object, with bodies.
+            f"--audit-policy-file={self.audit_policy_path}",
+            f"--audit-log-path={self.audit_log_path}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=100",
+            "--audit-log-maxbackup=3",
         ]
 
     def _apiserver_config(self, binary: Path) -> str:
-        return _config_hash(self._apiserver_argv(binary, _PORT), [])
+        # The policy's text, not the file on disk: a changed policy in this checkout makes a running plane stale.
+        return _config_hash([*self._apiserver_argv(binary, _PORT), files.kube_audit_policy()], [])
 
     def _broker_config(self, mosquitto: str, tls_port: int) -> str:
         tls = broker.certificates(self._broker_dir)
@@ -313,6 +330,7 @@ class DevPlane:
             mqtt_tls_url=f"mqtts://127.0.0.1:{state.get(BROKER, {}).get('tls_port')}",
             mqtt_ca_file=self._broker_dir / "tls" / "ca.crt",
             broker_passwords=dict(state.get("broker") or {}),
+            audit_log=self.audit_log_path,
         )
 
     def _wait_for_apiserver(self, state: dict, plane: Plane) -> None:

@@ -60,3 +60,10 @@ def intent_annotations() -> dict[str, str]:
 def context_of(body: Mapping[str, Any]) -> Context | None:
     traceparent = ((body.get("metadata") or {}).get("annotations") or {}).get(TRACEPARENT_ANNOTATION)
     return context_from({"traceparent": traceparent}) if traceparent else None
+
+
+def trace_id_of(body: Mapping[str, Any]) -> str | None:
+    """The trace id an object carries (its traceparent annotation), for audit records."""
+    traceparent = ((body.get("metadata") or {}).get("annotations") or {}).get(TRACEPARENT_ANNOTATION) or ""
+    parts = str(traceparent).split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 # each answered before the next, let device traffic through in between; the total time is the same.
 BATCH = 10
 ANSWER_S = 30.0
+# Broker commands that change who may connect, as the audit log names them.
+ENROLLMENT_FACTS = {"createClient": "device.enrolled", "enableClient": "device.enrolled",
+                    "disableClient": "device.revoked", "deleteClient": "device.revoked"}
 
 
 class BrokerAccounts:
@@ -112,6 +115,9 @@ class BrokerAccounts:
                 if answer.get("error"):
                     log.warning("broker refused %s for %s: %s", command["command"],
                                 command.get("username") or command.get("rolename"), answer["error"])
+                elif command["command"] in ENROLLMENT_FACTS:
+                    self.notices.fact(ENROLLMENT_FACTS[command["command"]], command["username"],
+                                      {"brokerCommand": command["command"]})
         if commands or not self.synced.is_set():
             log.info("broker accounts: %d change(s) for %d enrolled device(s)", len(commands), len(self.wanted()))
         self.synced.set()

@@ -37,3 +37,16 @@ class ControllerConfig:
     require_signatures: bool = False
     signing_keys_secret: str | None = None  # "namespace/name"; each data entry is one trusted public key
     workers: int = 16
+    # The audit log (audit.log): its directory (a PVC in the chart), the Ed25519 key that signs it (made there
+    # on first start when `audit_create_key`, as on the local plane), and the AuditCheckpoint object
+    # ("namespace/name") its checkpoints are published to every `audit_checkpoint_interval_s`.
+    audit_dir: str = ".corral/audit"
+    audit_key_file: str = ".corral/audit-keys/controller.pem"
+    audit_key_name: str = "controller"
+    audit_create_key: bool = True
+    audit_checkpoint: str | None = None
+    audit_checkpoint_interval_s: float = 300.0
+    audit_max_bytes: int = 64 * 2**20
+    # Records of the last this many seconds are read back at start, so no Intent is decided twice (the
+    # Intents' own TTL, and an hour more).
+    audit_lookback_s: float = 25 * 3600.0

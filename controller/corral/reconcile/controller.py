@@ -15,10 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from corral.api.codes import CONTROLLER_MANAGER
+from corral.audit.decisions import DecisionIndex
 from corral.audit.events import EventRecorder
+from corral.audit.keys import load_private_key, public_pem
+from corral.audit.log import AuditLog, read_records
+from corral.audit.signer import CheckpointSigner, publisher
 from corral.client.enroll import DEVICE_ID_LABEL
 from corral.devices.accounts import RESPONSE_TOPIC
 from corral.devices.link import Inbound, MqttLink, TlsFiles
@@ -58,7 +65,18 @@ class Controller:
         self.link = MqttLink(config.mqtt_url, topics, self._on_mqtt, on_connected=self._on_connected,
                              extra_subscriptions=extra, tls=tls)
         self.driver = Driver(self.link, topics, config.command_timeout_s)
-        notices = DeviceNotices(recorder, self.devices)
+        key_file = Path(config.audit_key_file)
+        key = load_private_key(key_file, create=config.audit_create_key)
+        self.audit = AuditLog(Path(config.audit_dir), config.audit_key_name, key, max_bytes=config.audit_max_bytes)
+        self.recorded = DecisionIndex()
+        self.audit.on_record(self.recorded.add)
+        publish = None
+        if config.audit_checkpoint:
+            namespace, _, name = config.audit_checkpoint.partition("/")
+            publish = publisher(kube.api, namespace, name, CONTROLLER_MANAGER)
+        self.checkpoints = CheckpointSigner(self.audit, config.audit_checkpoint_interval_s, publish)
+        self._public_key = (key_file.with_name(f"{config.audit_key_name}.pub.pem"), public_pem(key))
+        notices = DeviceNotices(recorder, self.devices, self.audit)
         # Capabilities are cluster-scoped: only a controller that sees every Device may say one is unused.
         self.capabilities = Capabilities(kube, recorder, self.devices, config.capability_grace_s,
                                          collect=not config.watch_namespaces, announced=self._announced_capabilities)
@@ -77,17 +95,23 @@ class Controller:
         self.access = AccessReviews(kube)
         self.applier = TargetApplier(kube)
         port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening, trust)
-        self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port)
+        self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded)
         self._workers: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         namespaces = self.config.watch_namespaces
+        await asyncio.to_thread(self._open_audit)
+        log.info("audit log %s continues at seq %d; %d recent decision(s) read back", self.audit.directory,
+                 self.audit.chain.seq, len(self.recorded))
         # Know every existing Device before the first retained `info` arrives; otherwise a device that a
         # person already bound under another name would be registered a second time. And know every Intent
         # that was executing, so its command is resent with its own id, and nothing else is sent for it.
         for body in await self.kube.list_objects("devices", namespaces):
             self.on_device_event("ADDED", body)
-        self.intents.prime(await self.kube.list_objects("intents", namespaces))
+        intents = await self.kube.list_objects("intents", namespaces)
+        self.recorded.keep_only({body["metadata"]["uid"] for body in intents})
+        self.intents.prime(intents)
+        self.checkpoints.start()
         # A changed contract is judged against the accepted one, which a Capability holds.
         await self.capabilities.prime()
         self.capabilities.start()
@@ -118,6 +142,16 @@ class Controller:
             await self.enrollments.stop()
         await self.capabilities.stop()
         await self.link.stop()
+        await self.checkpoints.stop()  # the final one: after everything that could still write a record
+        self.audit.close()
+
+    def _open_audit(self) -> None:
+        self.audit.open()
+        since = datetime.now(UTC) - timedelta(seconds=self.config.audit_lookback_s)
+        self.recorded.load(r for r in read_records(self.audit.directory, since) if r.at >= since)
+        path, pem = self._public_key
+        if not path.exists() or path.read_bytes() != pem:
+            path.write_bytes(pem)
 
     def _announced_capabilities(self) -> set[str]:
         return {name for rt in self.fleet.values() for name in (rt.capability, rt.accepted_capability) if name}

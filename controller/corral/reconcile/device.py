@@ -90,7 +90,8 @@ class DeviceReconciler:
         if rt.contract is None:
             if rt.contract_error is not None:
                 self.notices.once(rt, body, "contract-refused", "ContractRefused", "Refuse",
-                                  f"The device's contract was refused: {rt.contract_error}", "Warning")
+                                  f"The device's contract was refused: {rt.contract_error}", "Warning",
+                                  fact=("contract.refused", {"why": rt.contract_error}))
             await self._write(rt, body, self._status(rt, body, None), "contract")
             return Result.done()
         if not await self._trusted(rt, body):
@@ -176,6 +177,9 @@ class DeviceReconciler:
         for command in commands:
             pin = pins.get(command.id)
             cause = f"intent {pin.intent}" if pin is not None else _cause(body)
+            sent = {"commandId": command.id, "action": command.action, "actuator": command.actuator,
+                    "value": command.value}
+            self.notices.fact("command.sent", body, {**sent, "cause": cause, "before": dict(rt.reported)})
             if pin is None:
                 # A command an Intent asked for is told by the Intent's outcome Event.
                 self.notices.post(body, "CommandSent", "Command",
@@ -185,9 +189,13 @@ class DeviceReconciler:
                 ack = await self.driver.send(rt.device_id, command, pin.trace if pin is not None else None)
             except CommandTimeout as err:
                 delay = self._backoff(rt)
+                self.notices.fact("command.timeout", body, {**sent, "retryInS": round(delay, 3)})
                 self.notices.post(body, "CommandTimeout", "Command",
                                   f"{err}; will resend the same command id in {delay:.0f}s", "Warning")
                 return Result.after(delay)
+            self.notices.fact("ack.received", body, {
+                "commandId": ack.id, "ok": ack.ok, "error": ack.error, "state": dict(ack.state),
+                "clamped": ack.clamped.model_dump(mode="json") if ack.clamped is not None else None})
             if not ack.ok:
                 delay = self._backoff(rt)
                 self.notices.post(body, "CommandFailed", "Command",
@@ -197,8 +205,8 @@ class DeviceReconciler:
                 return Result.after(delay)
             rt.failures, rt.next_attempt = 0, 0.0
             changed = rt.report(dict(ack.state))
-            if pin is None:  # an Intent's outcome Event tells what its command changed
-                self.notices.state_changed(rt, changed, f"command {command.id} ({cause})", body)
+            # An Intent's outcome Event tells what its command changed; the record is kept either way.
+            self.notices.state_changed(rt, changed, f"command {command.id} ({cause})", body, event=pin is None)
             if ack.clamped is not None:
                 self.notices.post(body, "ValueClamped", "Command",
                                   f"The device clamped {ack.clamped.actuator}: requested {ack.clamped.requested!r}, "
@@ -272,22 +280,30 @@ class DeviceReconciler:
         if refused is not None:
             rt.contract, rt.contract_error = None, refused
             self.notices.once(rt, body, f"contract-refused/{rt.capability}", "ContractRefused", "Refuse",
-                              f"The device's contract was refused: {refused}", "Warning")
+                              f"The device's contract was refused: {refused}", "Warning",
+                              fact=("contract.refused", {"capability": rt.capability, "why": refused}))
             await self._write(rt, body, self._status(rt, body, None), "contract")
             return False
         if not rt.capability_ensured:
             await self.trust.capabilities.ensure(rt.capability, rt.contract, rt.device_id)
             rt.capability_ensured = True
+            if not rt.hold and f"contract/{rt.capability}" not in rt.announced:
+                rt.announced.add(f"contract/{rt.capability}")  # once per controller run
+                self.notices.fact("contract.in_force", body, {"capability": rt.capability,
+                                                              "version": rt.contract.version})
         name = body["metadata"]["name"]
         if rt.hold:
             self.notices.once(rt, body, f"hold/{rt.capability}", "ContractHeld", "Hold",
                               f"The device announced a contract (Capability {rt.capability}) that asks for more trust "
                               f"than the accepted one ({rt.accepted_capability}): {'; '.join(rt.hold)}. Nothing is "
                               f"sent to it and its Intents wait until a person accepts it (corral devices "
-                              f"accept-contract {name}).", "Warning")
+                              f"accept-contract {name}).", "Warning",
+                              fact=("contract.held", {"capability": rt.capability, "accepted": rt.accepted_capability,
+                                                      "why": list(rt.hold)}))
             await self._write(rt, body, self._status(rt, body, None), "hold")
             return False
         if was_held:
+            self.notices.fact("contract.accepted", body, {"capability": rt.capability, "by": "spec.acceptCapability"})
             self.notices.post(body, "ContractAccepted", "Accept",
                               f"Capability {rt.capability} accepted (spec.acceptCapability); the device is driven again.")
         return True

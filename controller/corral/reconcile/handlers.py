@@ -18,6 +18,8 @@ import kubernetes
 
 from corral.api.codes import GROUP, VERSION
 from corral.audit.events import EventRecorder
+from corral.audit.keys import AuditKeyError
+from corral.audit.log import InUse
 from corral.client.asyncapi import ApiError
 from corral.contract.signature import load_public_key
 from corral.reconcile.config import ControllerConfig
@@ -77,8 +79,11 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
                 raise kopf.PermanentError(f"Secret {config.signing_keys_secret} holds no signing keys")
             log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
         recorder = EventRecorder(kube.create_event)
-        controller = Controller(config, intent_settings or IntentSettings(), kube, recorder, signing_keys=keys)
-        await controller.start()
+        try:
+            controller = Controller(config, intent_settings or IntentSettings(), kube, recorder, signing_keys=keys)
+            await controller.start()
+        except (AuditKeyError, InUse) as err:
+            raise kopf.PermanentError(f"the audit log: {err}") from None
         state["controller"] = controller
         state["recorder"] = recorder
 

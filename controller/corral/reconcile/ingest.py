@@ -125,6 +125,8 @@ class Ingest:
             return
         if previous is not None and capability_name(previous) != rt.capability:
             changes = contract_diff(previous, contract)
+            self.notices.fact("contract.changed", rt.device_id, {"from": capability_name(previous),
+                                                                 "to": rt.capability, "changes": changes})
             self.notices.post_for(rt.device_id, "ContractChanged", "Observe",
                                   "The device announced a changed contract: " + "; ".join(changes))
         self.queue.add(rt.device_id)

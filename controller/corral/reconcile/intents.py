@@ -10,6 +10,12 @@ code. Two reconcilers share this module, each on a work queue of its own:
   lease again, then puts `Executing` on record, with the command id and the state before, and only then
   pins the command and applies the target. A controller restarted at any point resumes an Intent found
   Executing with the same command id; it never decides it twice.
+
+Every decision is in the audit log, fsynced, before the status write that reveals it: the decision to
+execute (`intent.executing`, with the command id) and the outcome (`intent.decided`). An Intent whose
+status does not show what the log holds (the controller died between the two writes) gets the recorded
+outcome, or resumes the recorded execution; it is not judged again. While the log cannot be written no
+Intent is decided: each waits, Pending, with a condition that says why.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,9 +32,13 @@ from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
 from corral.api.approval import ApprovalStatus
+from corral.api.base import Condition
 from corral.api.codes import API_VERSION, FINAL_PHASES, DecisionCode, event_reason, phase_of
 from corral.api.intent import IntentStatus
+from corral.audit.chain import AuditRecord
+from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
 from corral.audit.events import EventRecorder, ObjectRef
+from corral.audit.log import AuditLog, Unwritable
 from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check
 from corral.decide.approvals import ApprovalView
@@ -46,6 +57,8 @@ log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 1024
 HOLD_RECHECK_S = 2.0
+AUDIT_RECHECK_S = 1.0
+AUDIT_CONDITION = "AuditLogWritable"
 
 
 @dataclass(frozen=True)
@@ -73,8 +86,10 @@ def new_command_id() -> str:
 
 class IntentReconciler:
     def __init__(self, settings: IntentSettings, kube: Kube, access: AccessReviews, recorder: EventRecorder,
-                 devices: DevicePort) -> None:
+                 devices: DevicePort, audit: AuditLog, recorded: DecisionIndex) -> None:
         self.settings = settings
+        self.audit = audit
+        self.recorded = recorded  # what the log says was decided, by Intent UID
         self.kube = kube
         self.access = access
         self.recorder = recorder
@@ -92,6 +107,7 @@ class IntentReconciler:
         if event_type == "DELETED":
             self.intents.remove(body)
             self._track(key_of(body), None)
+            self.recorded.forget(body["metadata"]["uid"])
             command_id = (body.get("status") or {}).get("commandId")
             view = self.devices.view(body["metadata"]["namespace"], body["spec"]["device"])
             if command_id and view is not None and view.device_id:
@@ -142,7 +158,10 @@ class IntentReconciler:
         with tracing.tracer().start_as_current_span(
                 "corral.intent.decide", context=tracing.context_of(body),
                 attributes={"corral.intent": _name(body)}):
-            return await self._decide(key, body)
+            try:
+                return await self._decide(key, body)
+            except Unwritable:
+                return await self._wait_for_audit(key)
 
     async def _decide(self, key: Key, body: Body) -> Result:
         status = body.get("status") or {}
@@ -156,6 +175,20 @@ class IntentReconciler:
         if view is not None and not view.exists and self.devices.still_listening():
             # Just (re)started: the device may announce itself in a moment; do not call it gone yet.
             return Result.after(1.0)
+        uid = body["metadata"]["uid"]
+        recorded = self.recorded.decided.get(uid)
+        if recorded is not None:
+            return await self._restore(body, view, recorded)
+        if not self.audit.writable and not await self.audit.recovered():
+            return await self._wait_for_audit(key)
+        executing = self.recorded.executing.get(uid)
+        if phase != "Executing" and executing is not None:
+            # Decided to execute, on record, but the controller stopped before status said so: carry on.
+            data = executing.data
+            body = await self._write(body, {"phase": "Executing", "message": data.get("message", ""),
+                                            "before": data.get("before"), "approval": data.get("approval"),
+                                            "command_id": data["commandId"]}, "executing-restored")
+            phase = "Executing"
         if phase == "Executing":
             self._hand_over(key, body, None)  # resumed after a restart: carried on, never decided again
             return Result.done()
@@ -267,6 +300,8 @@ class IntentReconciler:
                         attributes={"corral.intent": _name(body)}):
                     try:
                         await self._execute(body, item.decision)
+                    except Unwritable:
+                        self.decisions.add_after(item.key, AUDIT_RECHECK_S)  # it waits, and says why
                     except Exception:
                         # Decided again from what is on record (Pending, or Executing: then resumed).
                         delay = self.decisions.add_rate_limited(item.key)
@@ -306,6 +341,12 @@ class IntentReconciler:
             # On record first: from here on a restart resumes this execution (with this command id).
             executing = {"phase": "Executing", "message": decision.message, "before": dict(view.reported),
                          "approval": ",".join(decision.approvals) or None, "command_id": command_id}
+            await self._record(EXECUTING, body, {
+                "message": decision.message, "before": executing["before"], "approval": executing["approval"],
+                "commandId": command_id, "value": value, "approvers": self._approvers(namespace, decision.approvals)})
+            for approval in decision.approvals:
+                self.audit.note("approval.accepted", f"{namespace}/{approval}",
+                                {"intent": _name(body), "intentUid": body["metadata"]["uid"]})
             body = await self._write(body, executing, "executing")
         pin = self.devices.pin(view.device_id, spec["actuator"], value, command_id, _name(body),
                                otel_context.get_current())
@@ -372,8 +413,20 @@ class IntentReconciler:
     async def _finish(self, body: Body, view: DeviceView | None, code: DecisionCode, message: str,
                       extra: dict[str, Any]) -> Result:
         status = {**{k: v for k, v in extra.items() if v is not None}, "phase": phase_of(code), "code": code,
-                  "message": message, "decided_at": datetime.now(UTC).replace(microsecond=0)}
-        body = await self._write(body, status, "final")
+                  "message": message[:MESSAGE_LIMIT], "decided_at": datetime.now(UTC).replace(microsecond=0)}
+        previous = body.get("status") or {}
+        await self._record(DECIDED, body, {
+            "code": code, "message": status["message"], "before": status.get("before", previous.get("before")),
+            "after": status.get("after"), "risk": status.get("risk", previous.get("risk")),
+            "level": status.get("level", previous.get("level")),
+            "paramsHash": status.get("params_hash", previous.get("paramsHash")),
+            "approval": previous.get("approval"), "commandId": previous.get("commandId"),
+            "approvers": self._approvers(body["metadata"]["namespace"],
+                                         [n for n in (previous.get("approval") or "").split(",") if n])},
+            at=status["decided_at"])
+        return await self._announce(await self._write(body, status, "final"), view, code, message)
+
+    async def _announce(self, body: Body, view: DeviceView | None, code: DecisionCode, message: str) -> Result:
         metrics.INTENTS.labels(code=code).inc()
         created = _parse_time(body["metadata"]["creationTimestamp"])
         metrics.INTENT_SECONDS.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
@@ -382,6 +435,47 @@ class IntentReconciler:
         self._event(body, event_reason(code), "Decide",
                     f"{code}: {message} (requested by {body['spec']['requester']})", kind, related)
         return Result.after(self.settings.ttl.total_seconds())
+
+    async def _restore(self, body: Body, view: DeviceView | None, recorded: AuditRecord) -> Result:
+        """The outcome the log holds, written to a status that does not show it yet (never decided again)."""
+        data = recorded.data
+        status = {"phase": phase_of(data["code"]), "code": data["code"], "message": data["message"],
+                  "before": data.get("before"), "after": data.get("after"), "risk": data.get("risk"),
+                  "level": data.get("level"), "params_hash": data.get("paramsHash"),
+                  "command_id": data.get("commandId"), "decided_at": recorded.at}
+        log.info("Intent %s: its decision (audit seq %d) is restored from the audit log", _name(body), recorded.seq)
+        written = await self._write(body, {k: v for k, v in status.items() if v is not None}, "restored")
+        return await self._announce(written, view, data["code"], data["message"])
+
+    def _approvers(self, namespace: str, approvals: Sequence[str]) -> list[str]:
+        return [((self.approvals.get((namespace, name)) or {}).get("spec") or {}).get("approver", "?")
+                for name in approvals]
+
+    async def _record(self, kind: str, body: Body, data: dict[str, Any], at: datetime | None = None) -> None:
+        """On disk before anything reveals it; Unwritable when it cannot be."""
+        meta, spec = body["metadata"], body["spec"]
+        facts = {"device": spec["device"], "action": spec["action"], "actuator": spec["actuator"],
+                 "params": spec.get("params"), "requester": spec["requester"], "reason": spec.get("reason", ""),
+                 "basedOn": spec.get("basedOn") or [], **data}
+        await self.audit.append(kind, _name(body), facts, uid=meta["uid"], trace=tracing.trace_id_of(body), at=at)
+
+    async def _wait_for_audit(self, key: Key) -> Result:
+        """Undecided while the log cannot be written; the condition says why (written once, not every retry)."""
+        body = self.intents.get(key)
+        if body is None:
+            return Result.done()
+        conditions = (body.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == AUDIT_CONDITION and c.get("status") == "False" for c in conditions):
+            message = (f"Waiting: the audit log cannot be written ({self.audit.error or 'unknown error'}). Corral "
+                       "decides nothing it cannot record; this Intent is decided as soon as the log can be written.")
+            condition = Condition(type=AUDIT_CONDITION, status="False", reason="AuditLogUnwritable", message=message,
+                                  last_transition_time=datetime.now(UTC).replace(microsecond=0),
+                                  observed_generation=body["metadata"].get("generation"))
+            try:
+                await self._write(body, {"conditions": [condition]}, "audit-unwritable")
+            except ApiError as err:
+                log.warning("could not say on Intent %s that it waits for the audit log: %s", _name(body), err)
+        return Result.after(AUDIT_RECHECK_S)
 
     async def _housekeep(self, body: Body) -> Result:
         decided = (body.get("status") or {}).get("decidedAt")
@@ -399,7 +493,16 @@ class IntentReconciler:
         meta = body["metadata"]
         if isinstance(updates.get("message"), str):
             updates = {**updates, "message": updates["message"][:MESSAGE_LIMIT]}
-        merged = {**_status_of(body).model_dump(by_alias=False), **updates, "observed_generation": meta.get("generation")}
+        current = _status_of(body)
+        if "conditions" not in updates and any(c.type == AUDIT_CONDITION and c.status == "False"
+                                                for c in current.conditions):
+            # It waited for the audit log; whatever is written now was recorded first.
+            updates = {**updates, "conditions": [
+                c if c.type != AUDIT_CONDITION else c.model_copy(update={
+                    "status": "True", "reason": "AuditLogWritable", "message": "The audit log can be written again.",
+                    "last_transition_time": datetime.now(UTC).replace(microsecond=0)})
+                for c in current.conditions]}
+        merged = {**current.model_dump(by_alias=False), **updates, "observed_generation": meta.get("generation")}
         status = IntentStatus.model_validate(merged)
         written = await self.kube.apply_status("intents", meta["namespace"], meta["name"], "Intent",
                                                status.model_dump(mode="json", by_alias=True, exclude_none=True), reason)

@@ -1,7 +1,9 @@
-"""Events about Devices, for people: what was sent, what changed and why, what was refused.
+"""Facts about Devices: Events for people, and records in the audit log, which is the record.
 
-Posting never waits for the API server (`audit.events.EventRecorder` queues them). Some notices are
-one-offs per cause (a refused contract, a drift at one generation): `once()` remembers which were posted.
+Posting never waits for the API server (`audit.events.EventRecorder` queues them), and a fact never waits
+for the disk (`AuditLog.note` writes it with the next batch, and keeps it while the log cannot be
+written). Some notices are one-offs per cause (a refused contract, a drift at one generation): `once()`
+remembers which were posted.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any, Literal
 
 from corral.api.codes import API_VERSION
 from corral.audit.events import EventRecorder, ObjectRef
+from corral.audit.log import AuditLog
 from corral.reconcile.cache import Body, DeviceCache
 from corral.reconcile.runtime import DeviceRuntime
 
@@ -27,9 +30,23 @@ def as_json(value: Any) -> str:
 
 
 class DeviceNotices:
-    def __init__(self, recorder: EventRecorder, devices: DeviceCache) -> None:
+    def __init__(self, recorder: EventRecorder, devices: DeviceCache, audit: AuditLog | None = None) -> None:
         self.recorder = recorder
         self.devices = devices
+        self.audit = audit
+
+    def fact(self, kind: str, device: Body | str, data: dict[str, Any], trace: str | None = None) -> None:
+        """An audit record about a Device (its body, or the device id it is bound to, if it is)."""
+        if self.audit is None:
+            return
+        body = device if isinstance(device, dict) else next(iter(self.devices.bound(device) or ()), None)
+        device_id = device if isinstance(device, str) else (body or {}).get("spec", {}).get("deviceId")
+        if body is not None:
+            meta = body["metadata"]
+            subject, uid = f"{meta.get('namespace')}/{meta['name']}", meta.get("uid")
+        else:
+            subject, uid = f"device-id/{device_id}", None
+        self.audit.note(kind, subject, {"deviceId": device_id, **data}, uid=uid, trace=trace)
 
     def post(self, body: Body, reason: str, action: str, note: str, type_: Kind = "Normal") -> None:
         self.recorder.post(device_ref(body), reason, action, note, type_)
@@ -41,19 +58,27 @@ class DeviceNotices:
             self.post(bound[0], reason, action, note, type_)
 
     def once(self, rt: DeviceRuntime, body: Body, key: str, reason: str, action: str, note: str,
-             type_: Kind = "Normal") -> None:
+             type_: Kind = "Normal", fact: tuple[str, dict[str, Any]] | None = None) -> None:
+        """The Event (and the audit record, when there is one) only the first time for this key."""
         if key in rt.announced:
             return
         rt.announced.add(key)
         self.post(body, reason, action, note, type_)
+        if fact is not None:
+            self.fact(fact[0], body, fact[1])
 
     def state_changed(self, rt: DeviceRuntime, changed: dict[str, tuple[Any, Any]], cause: str,
-                      body: Body | None = None) -> None:
-        """A StateChanged Event with before, after and cause (nothing when this is the first state heard)."""
-        if not changed or all(before is None for before, _ in changed.values()):
+                      body: Body | None = None, event: bool = True) -> None:
+        """An audit record of the change with its cause, and a StateChanged Event (unless `event` is False, or
+        this is the first state heard)."""
+        if not changed:
             return
         after = {k: v for k, (_, v) in changed.items()}
         before = {k: b for k, (b, _) in changed.items()}
+        self.fact("device.state_changed", body if body is not None else rt.device_id,
+                  {"before": before, "after": after, "cause": cause})
+        if not event or all(b is None for b in before.values()):
+            return  # on record; the first state heard is no news for people
         note = f"Reported state changed: {as_json(after)} (before: {as_json(before)}); cause: {cause}"
         if body is not None:
             self.post(body, "StateChanged", "Report", note)
