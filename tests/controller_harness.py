@@ -41,6 +41,20 @@ class ControllerProcess:
         # Its own audit log, kept across restarts of this controller (a kill, then a start again).
         self.audit_dir = log_path.parent / f"{log_path.stem}-audit"
         self.audit_key = log_path.parent / "audit-keys" / "controller.pem"
+        self.serve_port = free_port()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def serve_url(self) -> str:
+        return f"https://127.0.0.1:{self.serve_port}"
+
+    @property
+    def serve_ca(self) -> Path:
+        return self.audit_key.parent / "serving-ca.crt"
 
     def start(self) -> None:
         argv = [
@@ -49,7 +63,7 @@ class ControllerProcess:
             "--health-port", str(self.health_port), "--command-timeout", "4",
             "--audit-dir", str(self.audit_dir), "--audit-key", str(self.audit_key),
             *(("--audit-checkpoint", f"{self.namespace}/corral-controller") if self.namespace else ()),
-            "--audit-checkpoint-interval", "5", *self.extra,
+            "--audit-checkpoint-interval", "5", "--serve-port", str(self.serve_port), *self.extra,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)}
         with open(self.log_path, "ab") as log:

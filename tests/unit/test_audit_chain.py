@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from corral.audit.chain import Chain, canonical, digest, verify_lines
+from corral.audit.chain import GENESIS, AuditRecord, Chain, canonical, digest, verify_lines
 from corral.audit.checkpoint import sign_checkpoint, verify_log
+from corral.audit.decisions import DecisionIndex
 
 KEY = Ed25519PrivateKey.generate()
 TRUSTED = {"controller-1": KEY.public_key()}
@@ -110,3 +111,18 @@ def test_a_rotated_file_continues_from_where_the_last_one_ended() -> None:
     assert first.ok
     assert verify_lines(lines[5:], TRUSTED, start=first.last).ok
     assert not verify_lines(lines[6:], TRUSTED, start=first.last).ok, "a rotated file that lost its first record"
+
+
+def test_the_decision_index_knows_the_last_word_on_each_intent() -> None:
+    def record(seq: int, kind: str, uid: str | None) -> AuditRecord:
+        return AuditRecord(seq=seq, at=datetime.now(UTC), kind=kind, subject="home/x", uid=uid, prev=GENESIS,
+                           key="k", data={"n": seq})
+
+    index = DecisionIndex()
+    index.load([record(1, "intent.executing", "a"), record(2, "command.sent", None), record(3, "intent.executing", "b"),
+                record(4, "intent.decided", "a"), record(5, "device.state_changed", "device-uid")])
+    assert set(index.decided) == {"a"} and set(index.executing) == {"b"}  # a executed and ended; b is under way
+    index.keep_only({"b"})  # a was deleted after its TTL
+    assert len(index) == 1
+    index.forget("b")
+    assert len(index) == 0

@@ -7,11 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.audit.chain import verify_lines
-from corral.audit.log import AuditLog, log_files
+from corral.audit.log import AuditLog, InUse, log_files, read_records
 
 KEY = Ed25519PrivateKey.generate()
 TRUSTED = {"c1": KEY.public_key()}
@@ -47,6 +48,7 @@ def test_a_reopened_log_continues_its_chain_and_a_torn_tail_is_cut(tmp_path: Pat
     asyncio.run(audit.append("command.sent", "home/lamp", {"id": "i-1"}))
     with open(log_files(tmp_path)[-1], "ab") as out:
         out.write(b'{"v":1,"seq":2,"kind":"comm')  # a crash in the middle of a write
+    audit.close()
     again = AuditLog(tmp_path, "c1", KEY)
     again.open()
     assert asyncio.run(again.append("ack.received", "home/lamp", {"id": "i-1"})) == 2
@@ -64,6 +66,7 @@ def test_a_full_file_rotates_and_the_chain_runs_across_files(tmp_path: Path) -> 
     asyncio.run(many())
     assert len(log_files(tmp_path)) > 3
     assert verify_all(tmp_path) == (True, 30)
+    audit.close()
     reopened = AuditLog(tmp_path, "c1", KEY, max_bytes=2000)
     reopened.open()
     assert reopened.chain == audit.chain
@@ -73,6 +76,7 @@ CHILD = """
 import asyncio, resource, signal, sys
 from pathlib import Path
 from cryptography.hazmat.primitives import serialization
+import corral.audit.log
 from corral.audit.log import AuditLog
 key = serialization.load_pem_private_key(sys.stdin.buffer.read(), password=None)
 audit = AuditLog(Path(sys.argv[1]), "c1", key)
@@ -86,6 +90,12 @@ async def main():
         print("written")
     except OSError as err:
         print("refused", audit.writable, err)
+    # Facts nobody waits for, noted during the outage: kept, and beyond the backlog counted.
+    corral.audit.log.MAX_BACKLOG = 5
+    for i in range(8):
+        audit.note("command.sent", "home/lamp", {"i": i})
+    await audit.flush()
+    print("lost", audit.lost, len(audit._pending))
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     print("then", await audit.append("intent.decided", "home/b", {"n": 2}), audit.writable)
 asyncio.run(main())
@@ -99,5 +109,20 @@ def test_a_disk_that_refuses_the_write_is_told_to_every_caller_and_nothing_is_ha
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()
     assert "refused False" in out and "cannot be written" in out, out
-    assert "then 2 True" in out, "the record after the failure takes the next seq: nothing was skipped"
-    assert verify_all(tmp_path) == (True, 2)
+    assert "lost 3 5" in out, out
+    # After the outage: what failed, the three facts that gave way, the five kept, then the new record.
+    kinds = [r.kind for r in read_records(tmp_path)]
+    assert kinds == ["intent.decided", "audit.recovered", "audit.lost", *["command.sent"] * 5, "intent.decided"]
+    assert [r.data["i"] for r in read_records(tmp_path) if r.kind == "command.sent"] == [3, 4, 5, 6, 7]
+    assert "then 9 True" in out, "the record after the failure takes the next seq: nothing was skipped"
+    assert verify_all(tmp_path) == (True, 9)
+
+
+def test_a_second_writer_of_the_same_log_is_refused(tmp_path: Path) -> None:
+    first = AuditLog(tmp_path, "c1", KEY)
+    first.open()
+    second = AuditLog(tmp_path, "c1", KEY)
+    with pytest.raises(InUse, match="in use by another process"):
+        second.open()
+    first.close()
+    second.open()  # free again once the first let go

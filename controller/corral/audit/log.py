@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 FILE_PATTERN = re.compile(r"^audit-(\d{6})\.jsonl$")
 DEFAULT_MAX_BYTES = 64 * 2**20
 MAX_BACKLOG = 10_000
+RECOVERED = "audit.recovered"  # the first record after an outage, naming what failed
 RETRY_S = 1.0
 
 
@@ -65,7 +66,9 @@ def read_records(directory: Path, since: datetime | None = None) -> Iterator[Aud
     for path in log_files(directory):
         if since is not None and datetime.fromtimestamp(path.stat().st_mtime, UTC) < since:
             continue
-        for line in path.read_bytes().splitlines():
+        data = path.read_bytes()
+        # Only whole lines: the newest file may be in the middle of a write.
+        for line in data[:data.rfind(b"\n") + 1].splitlines():
             if line.strip():
                 yield AuditRecord.model_validate_json(line)
 
@@ -144,7 +147,7 @@ class AuditLog:
         if self.writable:
             return True
         if self._probe is None or self._probe.done():
-            self._probe = asyncio.ensure_future(self.append("audit.recovered", "audit", {"error": self.error}))
+            self._probe = asyncio.ensure_future(self.append(RECOVERED, "audit", {"error": self.error}))
         try:
             await asyncio.shield(self._probe)
         except Unwritable:
@@ -174,6 +177,9 @@ class AuditLog:
                 batch.insert(0, _Pending(_fact("audit.lost", "audit", {"records": self.lost, "why": (
                     "facts noted while the log could not be written, beyond the backlog of "
                     f"{MAX_BACKLOG}")}, None, None, None), None))
+            if not self.writable and all(p.record["kind"] != RECOVERED for p in batch):
+                # The outage on record, by the first batch that gets through.
+                batch.insert(0, _Pending(_fact(RECOVERED, "audit", {"error": self.error}, None, None, None), None))
             before = Chain(self.chain.seq, self.chain.head)
             records, lines = [], []
             for p in batch:
@@ -188,7 +194,7 @@ class AuditLog:
                 if self.writable:
                     log.error("audit log %s cannot be written: %s; deciding nothing new until it can", self._file, err)
                 self.writable, self.error = False, str(err)
-                self._keep([p for p in batch if p.done is None and p.record["kind"] != "audit.lost"])
+                self._keep([p for p in batch if p.done is None and p.record["kind"] not in ("audit.lost", RECOVERED)])
                 for pending in batch:
                     if pending.done is not None and not pending.done.done():
                         pending.done.set_exception(Unwritable(err.errno, f"the audit log cannot be written: {err}"))

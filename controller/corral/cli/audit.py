@@ -1,17 +1,26 @@
-"""`corral audit verify | show --file DIR`: the audit log read straight from its files.
+"""`corral audit verify | show`: the audit log, from the controller's HTTPS server or straight from its files.
 
-Reading it over the controller's HTTPS server with Kubernetes credentials comes with the rest of issue 16;
-these work wherever the files are (a copy of the PVC, `.corral/` on the local plane).
+`--server URL` reads it with your Kubernetes credentials (the kubeconfig's token, or --token): the server
+asks the API server who you are (TokenReview) and whether you hold the `audit` verb (SubjectAccessReview).
+`--file DIR` reads a copy of the files (the PVC, `.corral/audit` on the local plane). `verify` holds the log
+to its newest checkpoint: a file (`--checkpoint`), or the AuditCheckpoint object the controller publishes
+(`--checkpoint-object NAMESPACE/NAME`), which someone with API access alone can trust.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
+import kubernetes
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
@@ -19,6 +28,7 @@ from pydantic import ValidationError
 from corral.audit.chain import AuditRecord, Chain, Verified
 from corral.audit.checkpoint import Checkpoint, verify_log
 from corral.audit.log import log_files
+from corral.client.errors import api_message
 
 DURATION = re.compile(r"^(\d+)([smhd])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -45,75 +55,178 @@ def _files(directory: Path) -> list[Path]:
     return files
 
 
+def _since(since: str | None) -> datetime | None:
+    if since is None:
+        return None
+    match = DURATION.match(since)
+    if match is None:
+        raise click.BadParameter(f"{since!r}: use a number and s, m, h or d, e.g. 1h", param_hint="--since")
+    return datetime.now(UTC) - timedelta(**{UNITS[match.group(2)]: int(match.group(1))})
+
+
+def _kube(kubeconfig: str | None, context: str | None) -> kubernetes.client.ApiClient:
+    try:
+        return kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context)
+    except (kubernetes.config.ConfigException, OSError) as err:
+        raise click.ClickException(f"cannot use the kubeconfig: {err} (set KUBECONFIG or --kubeconfig)") from None
+
+
+class Source:
+    """Where the log is read from: a directory, or the controller's server with a Kubernetes token."""
+
+    def __init__(self, directory: Path | None, server: str | None, ca_file: str | None, token: str | None,
+                 kubeconfig: str | None, context: str | None) -> None:
+        if (directory is None) == (server is None):
+            raise click.UsageError("give either --file DIR (the log's files) or --server URL (the controller's)")
+        self.directory, self.server, self.ca_file = directory, server.rstrip("/") if server else None, ca_file
+        self._token, self._kubeconfig, self._context = token, kubeconfig, context
+
+    def token(self) -> str:
+        if self._token:
+            return self._token
+        configuration = _kube(self._kubeconfig, self._context).configuration
+        bearer = (configuration.api_key or {}).get("authorization") or configuration.api_key.get("BearerToken") or ""
+        if not bearer:
+            raise click.ClickException("the kubeconfig has no token (a client certificate cannot be passed on): give "
+                                       "--token, e.g. one from `kubectl create token`")
+        return str(bearer).removeprefix("Bearer ").strip()
+
+    def get(self, path: str, query: dict[str, str] | None = None) -> bytes:
+        assert self.server is not None
+        url = self.server + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        context = ssl.create_default_context(cafile=self.ca_file)
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token()}"})
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=60) as response:
+                return bytes(response.read())
+        except urllib.error.HTTPError as err:
+            try:
+                message = json.loads(err.read()).get("message", "")
+            except ValueError:
+                message = ""
+            raise click.ClickException(f"{self.server} answered {err.code}: {message or err.reason}") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise click.ClickException(f"cannot reach {self.server}: {err}") from None
+
+
+def source_options(command: Any) -> Any:
+    for option in reversed([
+        click.option("--file", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     help="The log's directory (a copy of its files)."),
+        click.option("--server", help="The controller's HTTPS server, e.g. https://corral-controller.corral-system:8443."),
+        click.option("--ca-file", type=click.Path(exists=True, dir_okay=False),
+                     help="--server: the CA that signed its certificate (default: the system's)."),
+        click.option("--token", envvar="CORRAL_TOKEN", help="--server: a Kubernetes bearer token (default: the "
+                                                            "kubeconfig's; env CORRAL_TOKEN)."),
+        click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
+        click.option("--context", help="Kubeconfig context to use."),
+    ]):
+        command = option(command)
+    return command
+
+
 @click.group()
 def audit() -> None:
     """The audit log: prove it untouched, read it."""
 
 
 @audit.command()
-@click.option("--file", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
-              help="The log's directory.")
+@source_options
 @click.option("--key", "keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
               required=True, help="A trusted public key (PEM), named after its file: NAME.pem or NAME.pub.pem signs as NAME.")
 @click.option("--checkpoint", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The newest checkpoint (JSON): without it a cut-off tail cannot be noticed.")
+              help="The newest checkpoint (JSON): without one a cut-off tail cannot be noticed.")
+@click.option("--checkpoint-object", metavar="NAMESPACE/NAME",
+              help="The AuditCheckpoint object holding the newest checkpoint (read with the kubeconfig).")
 @click.option("--max-age", type=float, default=600.0, show_default=True,
               help="Seconds a checkpoint that is not final may be old (twice the controller's interval).")
-def verify(directory: Path, keys: tuple[Path, ...], checkpoint: Path | None, max_age: float) -> None:
+def verify(directory: Path | None, server: str | None, ca_file: str | None, token: str | None, kubeconfig: str | None,
+           context: str | None, keys: tuple[Path, ...], checkpoint: Path | None, checkpoint_object: str | None,
+           max_age: float) -> None:
     """Check every record's signature and link, across rotated files; name the first bad record."""
+    source = Source(directory, server, ca_file, token, kubeconfig, context)
     trusted = _keys(keys)
-    newest = None
-    if checkpoint is not None:
-        try:
-            newest = Checkpoint.model_validate_json(checkpoint.read_bytes())
-        except ValidationError as err:
-            raise click.BadParameter(f"{checkpoint}: not a checkpoint ({err.errors()[0]['msg']})",
-                                     param_hint="--checkpoint") from None
-    files = _files(directory)
+    newest = _checkpoint(checkpoint, checkpoint_object, kubeconfig, context)
+    if source.directory is not None:
+        pieces = [(path.name, path.read_bytes().splitlines()) for path in _files(source.directory)]
+    else:
+        pieces = [("the log", source.get("/audit/v1/log").splitlines())]
     start: Chain | None = None
     total = 0
-    for index, path in enumerate(files):
-        last_file = index == len(files) - 1
-        verified: Verified = verify_log(path.read_bytes().splitlines(), trusted, newest if last_file else None,
-                                        datetime.now(UTC), max_age, start)
+    for index, (name, lines) in enumerate(pieces):
+        last_piece = index == len(pieces) - 1
+        verified: Verified = verify_log(lines, trusted, newest if last_piece else None, datetime.now(UTC), max_age,
+                                        start)
         if verified.broken is not None:
-            raise click.ClickException(f"{path.name}, {verified.broken}")
+            raise click.ClickException(f"{name}, {verified.broken}")
         start, total = verified.last, total + verified.records
     assert start is not None
     covered = f", checkpoint {newest.number} covers seq {newest.seq}" if newest is not None else \
         " (no checkpoint given: a cut-off tail would not show)"
-    click.echo(f"OK: {total} records in {len(files)} file(s), seq 1-{start.seq}{covered}.")
+    where = f"{len(pieces)} file(s)" if source.directory is not None else source.server
+    click.echo(f"OK: {total} records in {where}, seq 1-{start.seq}{covered}.")
+
+
+def _checkpoint(path: Path | None, name: str | None, kubeconfig: str | None, context: str | None) -> Checkpoint | None:
+    if path is not None and name is not None:
+        raise click.UsageError("give --checkpoint or --checkpoint-object, not both")
+    if path is not None:
+        raw, where = path.read_bytes(), str(path)
+    elif name is not None:
+        namespace, _, object_name = name.partition("/")
+        if not namespace or not object_name:
+            raise click.BadParameter(f"{name!r}: use NAMESPACE/NAME", param_hint="--checkpoint-object")
+        objects = kubernetes.client.CustomObjectsApi(_kube(kubeconfig, context))
+        try:
+            body = objects.get_namespaced_custom_object("corral.dev", "v1alpha1", namespace, "auditcheckpoints",
+                                                        object_name)
+        except kubernetes.client.ApiException as err:
+            raise click.ClickException(f"cannot read AuditCheckpoint {name}: {err.status} {api_message(err)}") from None
+        if not body.get("spec"):
+            raise click.ClickException(f"AuditCheckpoint {name} holds no checkpoint yet")
+        raw, where = json.dumps(body["spec"]).encode(), f"AuditCheckpoint {name}"
+    else:
+        return None
+    try:
+        return Checkpoint.model_validate_json(raw)
+    except ValidationError as err:
+        raise click.BadParameter(f"{where}: not a checkpoint ({err.errors()[0]['msg']})",
+                                 param_hint="--checkpoint") from None
 
 
 @audit.command()
-@click.option("--file", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
-              help="The log's directory.")
+@source_options
 @click.option("--device", help="Only records about this Device (NAMESPACE/NAME or NAME).")
 @click.option("--intent", help="Only records about this Intent (NAMESPACE/NAME or NAME).")
 @click.option("--since", help="Only records of the last DURATION: 30s, 15m, 1h, 7d.")
+@click.option("--namespace", "-n", help="--server: only records about this namespace (what a Role there may read).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def show(directory: Path, device: str | None, intent: str | None, since: str | None, output: str) -> None:
+def show(directory: Path | None, server: str | None, ca_file: str | None, token: str | None, kubeconfig: str | None,
+         context: str | None, device: str | None, intent: str | None, since: str | None, namespace: str | None,
+         output: str) -> None:
     """Print the records, oldest first (not verified: `corral audit verify` proves them)."""
-    after = None
-    if since is not None:
-        match = DURATION.match(since)
-        if match is None:
-            raise click.BadParameter(f"{since!r}: use a number and s, m, h or d, e.g. 1h", param_hint="--since")
-        after = datetime.now(UTC) - timedelta(**{UNITS[match.group(2)]: int(match.group(1))})
+    source = Source(directory, server, ca_file, token, kubeconfig, context)
+    after = _since(since)
     wanted = [w for w in (device, intent) if w]
-    for path in _files(directory):
-        for line in path.read_bytes().splitlines():
-            try:
-                record = AuditRecord.model_validate_json(line)
-            except ValidationError:
-                raise click.ClickException(f"{path.name}: a line that is not an audit record; run "
-                                           "`corral audit verify`") from None
-            if after is not None and record.at < after:
-                continue
-            if wanted and not any(record.subject == w or record.subject.endswith("/" + w) for w in wanted):
-                continue
-            if output == "json":
-                click.echo(json.dumps(record.model_dump(mode="json", exclude={"sig"}), ensure_ascii=False))
-            else:
-                facts = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(record.data.items()))
-                click.echo(f"{record.seq:>7} {record.at:%Y-%m-%dT%H:%M:%SZ} {record.kind:<16} {record.subject} {facts}")
+    if source.directory is not None:
+        lines = [(path.name, line) for path in _files(source.directory) for line in path.read_bytes().splitlines()]
+    else:
+        query = {k: v for k, v in {"device": device, "intent": intent, "namespace": namespace}.items() if v}
+        if after is not None:
+            query["since"] = str(max(0.0, (datetime.now(UTC) - after).total_seconds()))
+        lines = [("the server's answer", line) for line in source.get("/audit/v1/records", query).splitlines()]
+    for where, line in lines:
+        try:
+            record = AuditRecord.model_validate_json(line)
+        except ValidationError:
+            raise click.ClickException(f"{where}: a line that is not an audit record; run `corral audit verify`") \
+                from None
+        if after is not None and record.at < after:
+            continue
+        if wanted and not any(record.subject == w or record.subject.endswith("/" + w) for w in wanted):
+            continue
+        if output == "json":
+            click.echo(json.dumps(record.model_dump(mode="json", exclude={"sig"}), ensure_ascii=False))
+        else:
+            facts = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(record.data.items()))
+            click.echo(f"{record.seq:>7} {record.at:%Y-%m-%dT%H:%M:%SZ} {record.kind:<16} {record.subject} {facts}")

@@ -83,6 +83,11 @@ from corral.reconcile.intents import IntentSettings
               help="Seconds between checkpoints; `corral audit verify --max-age` should be twice this.")
 @click.option("--audit-max-bytes", type=click.IntRange(min=4096), default=64 * 2**20, show_default=True,
               help="An audit log file this large is closed and the next one continues the chain.")
+@click.option("--serve-port", type=click.IntRange(min=0, max=65535), default=8443, show_default=True,
+              help="HTTPS port of the audit log's reader (Kubernetes tokens, the `audit` verb); 0 turns it off.")
+@click.option("--serve-cert", type=click.Path(dir_okay=False, exists=True),
+              help="Its certificate (PEM); without one, a certificate for localhost is made beside --audit-key.")
+@click.option("--serve-key", type=click.Path(dir_okay=False, exists=True), help="The key of --serve-cert.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
@@ -114,6 +119,9 @@ def run(
     audit_checkpoint: str | None,
     audit_checkpoint_interval: float,
     audit_max_bytes: int,
+    serve_port: int,
+    serve_cert: str | None,
+    serve_key: str | None,
     verbose: bool,
 ) -> None:
     """Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."""
@@ -153,7 +161,12 @@ def run(
         audit_checkpoint=audit_checkpoint,
         audit_checkpoint_interval_s=audit_checkpoint_interval,
         audit_max_bytes=audit_max_bytes,
+        serve_port=serve_port,
+        serve_cert_file=serve_cert,
+        serve_key_file=serve_key,
     )
+    if bool(serve_cert) != bool(serve_key):
+        raise click.UsageError("--serve-cert and --serve-key go together")
     if audit_checkpoint is not None and audit_checkpoint.count("/") != 1:
         raise click.BadParameter(f"{audit_checkpoint!r}: use NAMESPACE/NAME", param_hint="--audit-checkpoint")
     try:

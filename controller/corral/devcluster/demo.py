@@ -105,7 +105,9 @@ class Demo:
                             str(credentials)], env, logs)
         health = free_port()
         self._spawn("controller", ["run", "--mqtt", broker_at.controller_url, "--watch-namespace", self.namespace,
-                                   "--health-port", str(health)], env, logs)
+                                   "--health-port", str(health), "--serve-port", str(free_port()),
+                                   "--audit-dir", str(self.state_dir / "audit"),
+                                   "--audit-key", str(self.state_dir / "audit-keys" / "controller.pem")], env, logs)
         self._spawn("gateway", ["mcp", "--transport", "http", "-n", self.namespace, "--port",
                                 str(self.gateway_port)], env, logs)
         self._wait_healthy("controller", f"http://127.0.0.1:{health}/healthz")

@@ -50,3 +50,8 @@ class ControllerConfig:
     # Records of the last this many seconds are read back at start, so no Intent is decided twice (the
     # Intents' own TTL, and an hour more).
     audit_lookback_s: float = 25 * 3600.0
+    # The HTTPS server that serves the audit log to callers with Kubernetes credentials (0: off). Without a
+    # certificate, one is made beside the audit key (serving-ca.crt is the one to trust).
+    serve_port: int = 8443
+    serve_cert_file: str | None = None
+    serve_key_file: str | None = None

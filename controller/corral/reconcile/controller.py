@@ -47,6 +47,9 @@ from corral.reconcile.runtime import Fleet
 from corral.reconcile.targets import TargetApplier
 from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import WorkQueue, run_workers
+from corral.serving.auth import Reviews
+from corral.serving.certs import ensure_serving_certificate
+from corral.serving.server import ReadServer
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,13 @@ class Controller:
         port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening, trust)
         self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded)
         self._workers: list[asyncio.Task[None]] = []
+        self.server: ReadServer | None = None
+        if config.serve_port:
+            cert, key_pem = config.serve_cert_file, config.serve_key_file
+            if not cert or not key_pem:
+                made = ensure_serving_certificate(key_file.parent)
+                cert, key_pem = str(made.cert_file), str(made.key_file)
+            self.server = ReadServer(Reviews(kube.api), Path(config.audit_dir), config.serve_port, cert, key_pem)
 
     async def start(self) -> None:
         namespaces = self.config.watch_namespaces
@@ -112,6 +122,8 @@ class Controller:
         self.recorded.keep_only({body["metadata"]["uid"] for body in intents})
         self.intents.prime(intents)
         self.checkpoints.start()
+        if self.server is not None:
+            await self.server.start()
         # A changed contract is judged against the accepted one, which a Capability holds.
         await self.capabilities.prime()
         self.capabilities.start()
@@ -132,6 +144,8 @@ class Controller:
         ]
 
     async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)

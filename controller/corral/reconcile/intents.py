@@ -471,8 +471,12 @@ class IntentReconciler:
             condition = Condition(type=AUDIT_CONDITION, status="False", reason="AuditLogUnwritable", message=message,
                                   last_transition_time=datetime.now(UTC).replace(microsecond=0),
                                   observed_generation=body["metadata"].get("generation"))
+            phase = (body.get("status") or {}).get("phase") or "Pending"
+            updates: dict[str, Any] = {"phase": phase, "conditions": [condition]}
+            if phase == "Pending":
+                updates["message"] = message
             try:
-                await self._write(body, {"conditions": [condition]}, "audit-unwritable")
+                await self._write(body, updates, "audit-unwritable")
             except ApiError as err:
                 log.warning("could not say on Intent %s that it waits for the audit log: %s", _name(body), err)
         return Result.after(AUDIT_RECHECK_S)
