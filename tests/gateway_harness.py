@@ -65,13 +65,13 @@ class HttpGateway:
     """`corral mcp --transport http` as a process of its own, with the admin kubeconfig only for the cluster address."""
 
     def __init__(self, plane: Plane, namespace: str, log_path: Path, *extra: str,
-                 command: list[str] | None = None) -> None:
+                 command: list[str] | None = None, kubeconfig: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.log_path = log_path
         argv = [*(command or [CORRAL]), "mcp", "--transport", "http", "--port", str(self.port), "-n", namespace, *extra]
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
+            self.proc = subprocess.Popen(argv, env={**os.environ, "KUBECONFIG": str(kubeconfig or plane.kubeconfig)},
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         wait_for(self._healthy, f"the gateway to answer /healthz (log: {log_path})", timeout_s=30)
 

@@ -64,7 +64,7 @@ class Audited:
 
     def verify(self) -> str:
         done = CliRunner().invoke(cli, ["audit", "verify", "--file", str(self.controller.audit_dir), "--key",
-                                        str(self.controller.audit_key.with_name("controller.pub.pem"))])
+                                        str(self.controller.audit_dir / "controller.pub.pem")])
         assert done.exit_code == 0, done.output
         return done.output
 
@@ -293,7 +293,7 @@ def test_the_audit_endpoint_answers_only_those_rbac_lets_read_it(audited: Audite
     wait_for(lambda: checkpoint_covers(audited), "a published checkpoint", timeout_s=30)
     verified = CliRunner().invoke(cli, [
         "audit", "verify", "--server", controller.serve_url, "--ca-file", str(controller.serve_ca), "--token", admin,
-        "--key", str(controller.audit_key.with_name("controller.pub.pem")),
+        "--key", str(controller.audit_dir / "controller.pub.pem"),
         "--checkpoint-object", f"{ns}/corral-controller"], env={"KUBECONFIG": str(audited.plane.kubeconfig)})
     assert verified.exit_code == 0, verified.output
     assert "checkpoint" in verified.output and "covers seq" in verified.output

@@ -1,7 +1,7 @@
 """The audit signing key: an Ed25519 private key in a PEM file (in the chart, a Secret mounted as one).
 
 On the local plane the file is made on first start; `corral audit verify` needs the public half, which
-is written beside it as NAME.pub.pem. Keep a copy of that one away from the log: a verifier that takes
+is written into the audit directory as NAME.pub.pem. Keep a copy of that one away from the log: a verifier that takes
 the key from the same volume as the log trusts whoever could write the volume.
 """
 

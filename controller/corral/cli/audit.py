@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from corral.audit.chain import AuditRecord, Chain, Verified
 from corral.audit.checkpoint import Checkpoint, verify_log
+from corral.audit.keys import public_pem
 from corral.audit.log import log_files
 from corral.client.errors import api_message
 
@@ -230,3 +231,21 @@ def show(directory: Path | None, server: str | None, ca_file: str | None, token:
         else:
             facts = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(record.data.items()))
             click.echo(f"{record.seq:>7} {record.at:%Y-%m-%dT%H:%M:%SZ} {record.kind:<16} {record.subject} {facts}")
+
+
+@audit.command("public-key")
+@click.argument("key_file", type=click.File("rb"))
+def public_key(key_file: Any) -> None:
+    """Print the public half (PEM) of an audit signing key: KEY_FILE, or - for stdin, e.g. from the Secret:
+
+    kubectl get secret corral-audit-keys -o jsonpath='{.data.controller\\.pem}' | base64 -d | corral audit public-key -
+    """
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(key_file.read(), password=None)
+    except (ValueError, TypeError) as err:
+        raise click.ClickException(f"not a PEM private key without a password: {err}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise click.ClickException("not an Ed25519 key (audit logs are signed with Ed25519)")
+    click.echo(public_pem(key).decode(), nl=False)

@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 import kubernetes
 
+from corral.audit.component import AuditSettings, open_audit
+from corral.audit.keys import AuditKeyError
+from corral.audit.log import InUse
 from corral.cli.obsopts import observability_options
 from corral.client.errors import api_message
 from corral.gateway.identity import Caller, kubeconfig_configuration
 from corral.gateway.view import CallerView, Capabilities
+
+log = logging.getLogger(__name__)
 
 
 def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kubernetes.client.Configuration, str]:
@@ -55,11 +61,23 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="At most one update notice per resource per this many seconds.")
 @click.option("--access-refresh", type=float, default=30.0, show_default=True,
               help="Seconds between reviews of a caller's RBAC rules.")
+@click.option("--audit-dir", type=click.Path(file_okay=False),
+              help="Keep the gateway's own chained audit log (its refusals) here; one directory per gateway.")
+@click.option("--audit-key", type=click.Path(dir_okay=False),
+              help="Its Ed25519 signing key (PEM; default AUDIT_DIR/../audit-keys/gateway.pem, made if missing "
+                   "unless --no-create-audit-key).")
+@click.option("--no-create-audit-key", is_flag=True, help="Refuse to start without the key (the chart mounts a Secret).")
+@click.option("--audit-checkpoint", metavar="NAMESPACE/NAME",
+              help="The AuditCheckpoint object its checkpoints are published to, with the kubeconfig's identity "
+                   "(the gateway's one right: get and update on that object).")
+@click.option("--audit-checkpoint-interval", type=click.FloatRange(min=0.5), default=300.0, show_default=True,
+              help="Seconds between checkpoints.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None,
         device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
-        verbose: bool) -> None:
+        audit_dir: str | None, audit_key: str | None, no_create_audit_key: bool, audit_checkpoint: str | None,
+        audit_checkpoint_interval: float, verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -78,15 +96,30 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     except ValueError:
         raise click.BadParameter(f"{rate_limit!r}: use CALLS/SECONDS, e.g. 30/60", param_hint="--rate-limit") from None
 
-
+    audit = None
+    if audit_dir:
+        if audit_checkpoint is not None and audit_checkpoint.count("/") != 1:
+            raise click.BadParameter(f"{audit_checkpoint!r}: use NAMESPACE/NAME", param_hint="--audit-checkpoint")
+        directory = Path(audit_dir)
+        settings = AuditSettings(directory, Path(audit_key) if audit_key else directory.parent / "audit-keys" /
+                                 "gateway.pem", "gateway", not no_create_audit_key, audit_checkpoint,
+                                 audit_checkpoint_interval)
+        try:
+            audit = open_audit(settings, config, "corral-gateway")
+        except (AuditKeyError, InUse) as err:
+            raise click.ClickException(f"the audit log: {err}") from None
+    elif audit_key or audit_checkpoint:
+        raise click.UsageError("--audit-key and --audit-checkpoint need --audit-dir")
+    elif transport == "http":
+        log.warning("no --audit-dir: the gateway's refusals reach only this log, not a chained audit log")
     if transport == "stdio":
-        asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, **options))
+        asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, audit=audit, **options))
         return
     url = public_url or f"http://{host}:{port}/mcp"
     app = http_app(config, served, public_url=url, issuer_url=issuer_url or config.host,
-                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, rate_limit=limit, **options)
+                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, rate_limit=limit, audit=audit, **options)
     click.echo(f"corral mcp: serving namespaces {', '.join(served)} at {url} (bearer: a Kubernetes token)", err=True)
-    asyncio.run(serve_http(app, host, port))
+    asyncio.run(serve_http(app, host, port, audit))
 
 
 @click.command()

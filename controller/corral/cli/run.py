@@ -73,7 +73,7 @@ from corral.reconcile.intents import IntentSettings
 @click.option("--audit-key", envvar="CORRAL_AUDIT_KEY", default=".corral/audit-keys/controller.pem",
               show_default=True, type=click.Path(dir_okay=False),
               help="The Ed25519 private key (PEM) that signs the audit log and its checkpoints; made there if missing "
-                   "unless --no-create-audit-key. Its public half is written beside it as NAME.pub.pem.")
+                   "unless --no-create-audit-key. Its public half is written into --audit-dir as NAME.pub.pem.")
 @click.option("--audit-key-name", default="controller", show_default=True,
               help="The name records give their key: `corral audit verify --key NAME.pem`.")
 @click.option("--no-create-audit-key", is_flag=True, help="Refuse to start without the key (the chart mounts a Secret).")

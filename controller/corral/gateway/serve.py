@@ -9,6 +9,7 @@ DNS-rebinding protection (Host and Origin checks) is always on.
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from corral.audit.component import Audit
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
 from corral.gateway.server import Gateway, RateLimit, instructions
 from corral.gateway.view import Views, nothing_visible_note
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[str], *, wait_s: float,
-                      rate_limit: RateLimit | None = None, **view_options: Any) -> None:
+                      rate_limit: RateLimit | None = None, audit: Audit | None = None, **view_options: Any) -> None:
     caller = Caller("kubeconfig", config)
     views = Views(namespaces, **view_options)
     # The caller is known before any client connects: an empty view is said at once (Views logs it on stderr;
@@ -42,17 +44,21 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
     view = await views.of(caller)
     empty = None if view.visible() else nothing_visible_note(view.username, namespaces)
     gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit,
-                      instructions=instructions(namespaces, empty))
+                      instructions=instructions(namespaces, empty), audit=audit.log if audit else None)
+    if audit is not None:
+        await audit.start()
     try:
         async with stdio_server() as (read, write):
             await gateway.server.run(read, write, gateway.server.create_initialization_options())
     finally:
         views.stop()
+        if audit is not None:
+            await audit.stop()
 
 
 def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, public_url: str, issuer_url: str,
              allowed_hosts: list[str], wait_s: float, rate_limit: RateLimit | None = None,
-             **view_options: Any) -> Starlette:
+             audit: Audit | None = None, **view_options: Any) -> Starlette:
     base = anonymous(config)
     views = Views(namespaces, **view_options)
 
@@ -64,7 +70,8 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         token = user.access_token.token
         return Caller(token_key(token), base, token)
 
-    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces))
+    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces),
+                      audit=audit.log if audit else None)
     public = urlsplit(public_url)
     hosts = sorted({public.netloc, "127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts})
     origins = sorted({f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")})
@@ -79,6 +86,16 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
     )
 
 
-async def serve_http(app: Starlette, host: str, port: int) -> None:
+async def serve_http(app: Starlette, host: str, port: int, audit: Audit | None = None) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-    await server.serve()
+    if audit is not None:
+        # uvicorn raises the signal that stopped it again once it has shut down; with the default handler the
+        # process would die right there, before the final checkpoint. These handlers let it return instead.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda number, frame: None)
+        await audit.start()
+    try:
+        await server.serve()
+    finally:
+        if audit is not None:
+            await audit.stop()  # the final checkpoint

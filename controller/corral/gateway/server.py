@@ -26,6 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from corral import __version__
 from corral.api.codes import FINAL_PHASES, GROUP, OVERLAY_MANAGER, VERSION
+from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
 from corral.client.intents import submit_async
@@ -58,6 +59,9 @@ class GatewayServer(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True, resources_changed=True),
             experimental_capabilities, extensions)
+
+
+MAX_AUDITED_ARGUMENTS = 2048  # characters of a refused call's arguments kept in the audit log
 
 
 class RateLimit:
@@ -93,8 +97,10 @@ def instructions(namespaces: list[str], nothing_visible: str | None = None) -> s
 
 class Gateway:
     def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0,
-                 rate_limit: RateLimit | None = None, instructions: str = INSTRUCTIONS) -> None:
+                 rate_limit: RateLimit | None = None, instructions: str = INSTRUCTIONS,
+                 audit: AuditLog | None = None) -> None:
         self.views = views
+        self.audit = audit  # the gateway's own chained log: what it refused, and why
         self.caller_of = caller_of
         self.wait_s = wait_s
         self.rate_limit = rate_limit or RateLimit(0, 1)
@@ -142,13 +148,26 @@ class Gateway:
         if not fixed and name not in view.device_tool_map():
             # A tool the caller was not shown does not exist for it.
             metrics.TOOL_CALLS.labels(tool="unknown", outcome="unknown_tool").inc()
+            self._refused(view, name, params.arguments, "UNKNOWN_TOOL", f"Unknown tool: {name}")
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         result = await self._call(view, name, dict(params.arguments or {}))
         code = (result.structured_content or {}).get("code") if isinstance(result.structured_content, dict) else None
         text = result.content[0].text if result.is_error and result.content else ""  # type: ignore[union-attr]  # _error() makes text content
         outcome = ("rate_limited" if text.startswith("RATE_LIMITED") else "error") if result.is_error else (code or "ok")
         metrics.TOOL_CALLS.labels(tool=name if fixed else "device_tool", outcome=outcome).inc()
+        if result.is_error:
+            self._refused(view, name, params.arguments, "RATE_LIMITED" if outcome == "rate_limited" else "REFUSED", text)
         return result
+
+    def _refused(self, view: CallerView, tool: str, arguments: Any, code: str, message: str) -> None:
+        """A refusal on record: it never became an Intent, so the controller's log does not have it."""
+        if self.audit is None:
+            return
+        shown = json.dumps(arguments or {}, sort_keys=True, default=str)
+        self.audit.note("gateway.refused", view.username or "anonymous", {
+            "tool": tool[:128], "code": code, "message": message[:1024],
+            "arguments": shown if len(shown) <= MAX_AUDITED_ARGUMENTS else shown[:MAX_AUDITED_ARGUMENTS] + "...",
+        })
 
     async def _call(self, view: CallerView, name: str, args: dict[str, Any]) -> types.CallToolResult:
         try:

@@ -78,7 +78,8 @@ class Controller:
             namespace, _, name = config.audit_checkpoint.partition("/")
             publish = publisher(kube.api, namespace, name, CONTROLLER_MANAGER)
         self.checkpoints = CheckpointSigner(self.audit, config.audit_checkpoint_interval_s, publish)
-        self._public_key = (key_file.with_name(f"{config.audit_key_name}.pub.pem"), public_pem(key))
+        # A copy for convenience; a verifier should take it from where the key is kept (corral audit public-key).
+        self._public_key = (Path(config.audit_dir) / f"{config.audit_key_name}.pub.pem", public_pem(key))
         notices = DeviceNotices(recorder, self.devices, self.audit)
         # Capabilities are cluster-scoped: only a controller that sees every Device may say one is unused.
         self.capabilities = Capabilities(kube, recorder, self.devices, config.capability_grace_s,
