@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from corral.audit.chain import verify_lines
+from corral.audit.chain import AuditRecord, verify_lines
 from corral.audit.log import AuditLog, InUse, log_files, read_records
+from corral.cli.main import cli
 
 KEY = Ed25519PrivateKey.generate()
 TRUSTED = {"c1": KEY.public_key()}
@@ -126,3 +128,37 @@ def test_a_second_writer_of_the_same_log_is_refused(tmp_path: Path) -> None:
         second.open()
     first.close()
     second.open()  # free again once the first let go
+
+
+def test_retention_deletes_the_oldest_files_on_record_and_what_is_left_still_verifies(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, "c1", KEY, max_bytes=1500)
+    audit.open()
+
+    async def fill_and_retain() -> list[str]:
+        for i in range(40):
+            await audit.append("device.state_changed", "home/lamp", {"power": i % 2 == 0})
+        return await audit.retain(max_age_s=None, max_total_bytes=8000)
+
+    deleted = asyncio.run(fill_and_retain())
+    assert deleted == [f"audit-{i:06d}.jsonl" for i in range(1, len(deleted) + 1)], "only the oldest files go"
+    assert deleted
+    left = log_files(tmp_path)
+    assert all(p.name not in deleted for p in left)
+    [retention] = [r for r in read_records(tmp_path) if r.kind == "audit.retention"]
+    assert retention.data["deleted"] == deleted and retention.data["firstSeq"] == 1
+    key = tmp_path / "c1.pem"
+    key.write_bytes(KEY.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    done = CliRunner().invoke(cli, ["audit", "verify", "--file", str(tmp_path), "--key", str(key)])
+    assert done.exit_code == 0, done.output
+    assert f"seq {retention.data['lastSeq'] + 1}-41" in done.output and "deleted by retention" in done.output
+    # The same files deleted without the record: the gap is named.
+    retained = next(p for p in left if any(r.kind == "audit.retention" for r in read_records_of(p)))
+    lines = retained.read_bytes().splitlines()
+    retained.write_bytes(b"\n".join(line for line in lines if b'"audit.retention"' not in line) + b"\n")
+    done = CliRunner().invoke(cli, ["audit", "verify", "--file", str(tmp_path), "--key", str(key)])
+    assert done.exit_code == 1 and "gone without a retention record" in done.output, done.output
+
+
+def read_records_of(path: Path) -> list[AuditRecord]:
+    return [AuditRecord.model_validate_json(line) for line in path.read_bytes().splitlines() if line.strip()]

@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.audit.chain import GENESIS, Broken, Chain, Verified, canonical, digest, verify_lines
+from corral.audit.chain import GENESIS, AuditRecord, Broken, Chain, Verified, canonical, digest, verify_lines
 
 
 class Checkpoint(BaseModel):
@@ -96,3 +96,23 @@ def verify_log(lines: Iterable[bytes], keys: Mapping[str, Ed25519PublicKey], che
         return broken(line + 1, checkpoint.seq + 1, f"records follow the final checkpoint {checkpoint.number} (seq "
                                                     f"{checkpoint.seq}): written after the controller stopped")
     return verified
+
+
+def retained_start(lines: Iterable[bytes]) -> tuple[Chain | None, str | None]:
+    """Where the chain starts when old files were deleted: the `audit.retention` record that names the seq and
+    hash the deleted part ended at (it is verified with the rest). (None, None) for a log that starts at seq 1;
+    (None, why) when the start is missing without such a record."""
+    records = []
+    for line in lines:
+        try:
+            records.append(AuditRecord.model_validate_json(line))
+        except ValueError:
+            break  # verify_lines names it
+    if not records or records[0].seq == 1:
+        return None, None
+    first = records[0].seq
+    for record in records:
+        if record.kind == "audit.retention" and record.data.get("lastSeq") == first - 1:
+            return Chain(first - 1, str(record.data.get("lastHash"))), None
+    return None, (f"the log starts at seq {first}: records 1-{first - 1} are gone without a retention record that "
+                  "says they were deleted")

@@ -12,7 +12,7 @@ import kubernetes
 
 from corral.audit.keys import load_private_key, public_pem
 from corral.audit.log import AuditLog
-from corral.audit.signer import DEFAULT_INTERVAL_S, CheckpointSigner, publisher
+from corral.audit.signer import DEFAULT_INTERVAL_S, CheckpointSigner, Retention, publisher
 from corral.client.asyncapi import AsyncApi
 
 
@@ -55,4 +55,4 @@ def open_audit(settings: AuditSettings, config: kubernetes.client.Configuration 
         namespace, _, name = settings.checkpoint.partition("/")
         api = AsyncApi(config, connections=2)
         publish = publisher(api, namespace, name, manager)
-    return Audit(log, CheckpointSigner(log, settings.interval_s, publish), api)
+    return Audit(log, CheckpointSigner(log, settings.interval_s, publish, Retention()), api)

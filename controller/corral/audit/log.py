@@ -5,8 +5,11 @@ decision only after that. Records that arrive while a write is under way wait fo
 fsync covers a whole burst (group commit) and the hot path pays one fsync per burst, not per record.
 
 Files are `audit-000001.jsonl`, `audit-000002.jsonl`, ... in one directory; a file that reaches
-`max_bytes` is closed and the next one continues the chain (its first record's `prev` is the last hash
-of the one before). On open, the newest file's tail is read back to continue the chain; a last line
+`max_bytes`, or is older than `max_file_age_s`, is closed and the next one continues the chain (its first
+record's `prev` is the last hash of the one before). `retain()` deletes the oldest closed files past an
+age or a total size, after writing a signed `audit.retention` record that names them and the seq and
+hash they ended at: the verifier starts the chain there (audit.chain), so what is left still proves
+itself, and nothing disappears without a trace. On open, the newest file's tail is read back to continue the chain; a last line
 without its newline is what a crash mid-write leaves, was never acknowledged, and is cut off.
 
 If a write fails (a full disk, a file size limit), every waiting caller gets the error and `writable`
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 FILE_PATTERN = re.compile(r"^audit-(\d{6})\.jsonl$")
 DEFAULT_MAX_BYTES = 64 * 2**20
 MAX_BACKLOG = 10_000
+RETENTION = "audit.retention"  # old files deleted: which, and the seq and hash they ended at
 RECOVERED = "audit.recovered"  # the first record after an outage, naming what failed
 RETRY_S = 1.0
 
@@ -75,8 +79,9 @@ def read_records(directory: Path, since: datetime | None = None) -> Iterator[Aud
 
 class AuditLog:
     def __init__(self, directory: Path, key_name: str, key: Ed25519PrivateKey,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_file_age_s: float | None = None) -> None:
         self.directory = directory
+        self.max_file_age_s = max_file_age_s
         self.key_name, self.key = key_name, key
         self.max_bytes = max_bytes
         self.chain = Chain()
@@ -219,6 +224,50 @@ class AuditLog:
         if self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
 
+    def _rotation_due(self, path: Path) -> bool:
+        size = path.stat().st_size
+        if size >= self.max_bytes:
+            return True
+        if self.max_file_age_s is None or size == 0:
+            return False
+        with open(path, "rb") as file:
+            first = AuditRecord.model_validate_json(file.readline())
+        return (datetime.now(UTC) - first.at).total_seconds() > self.max_file_age_s
+
+    async def retain(self, max_age_s: float | None, max_total_bytes: int | None) -> list[str]:
+        """Delete the oldest closed files last written more than `max_age_s` ago, or while all files together
+        exceed `max_total_bytes`; only ever the oldest ones, so what is left is one unbroken chain. Returns
+        the names deleted (after the retention record that names them is on disk)."""
+        files = log_files(self.directory)
+        closed = [f for f in files if f != self._file]
+        total = sum(f.stat().st_size for f in files)
+        now = datetime.now(UTC).timestamp()
+        doomed: list[Path] = []
+        for path in closed:
+            stat = path.stat()
+            too_old = max_age_s is not None and now - stat.st_mtime > max_age_s
+            too_big = max_total_bytes is not None and total > max_total_bytes
+            if not (too_old or too_big):
+                break
+            doomed.append(path)
+            total -= stat.st_size
+        if not doomed:
+            return []
+        with open(doomed[0], "rb") as file:
+            first = AuditRecord.model_validate_json(file.readline())
+        last_line = doomed[-1].read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        last = AuditRecord.model_validate_json(last_line)
+        names = [p.name for p in doomed]
+        await self.append(RETENTION, "audit", {
+            "deleted": names, "firstSeq": first.seq, "lastSeq": last.seq, "lastHash": digest(last_line),
+            "why": (f"older than {max_age_s:g} s" if max_age_s is not None else "") +
+                   (f"; the log over {max_total_bytes} bytes" if max_total_bytes is not None else "")})
+        for path in doomed:
+            await asyncio.to_thread(path.unlink)
+        log.info("audit log: deleted %s (seq %d-%d), on record as audit.retention", ", ".join(names), first.seq,
+                 last.seq)
+        return names
+
     def _retry_now(self) -> None:
         self._retry = None
         if self._pending:
@@ -226,7 +275,7 @@ class AuditLog:
 
     def _write(self, lines: list[bytes]) -> None:
         assert self._file is not None, "open() the log first"
-        if self._file.exists() and self._file.stat().st_size >= self.max_bytes:
+        if self._file.exists() and self._rotation_due(self._file):
             number = int(self._file.name[len("audit-"):-len(".jsonl")]) + 1
             self._file = self.directory / f"audit-{number:06d}.jsonl"
         fd = os.open(self._file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,14 @@ DEFAULT_INTERVAL_S = 300.0
 Publish = Callable[[Checkpoint], Awaitable[dict[str, Any] | None]]
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How long closed log files are kept (by their last write), and how much of them in all; None: no limit."""
+
+    max_age_s: float | None = 365 * 86400.0
+    max_total_bytes: int | None = None
+
+
 def last_checkpoint(directory: Path) -> Checkpoint | None:
     path = directory / CHECKPOINTS
     if not path.exists():
@@ -43,8 +52,10 @@ def last_checkpoint(directory: Path) -> Checkpoint | None:
 
 
 class CheckpointSigner:
-    def __init__(self, audit: AuditLog, interval_s: float = DEFAULT_INTERVAL_S, publish: Publish | None = None) -> None:
+    def __init__(self, audit: AuditLog, interval_s: float = DEFAULT_INTERVAL_S, publish: Publish | None = None,
+                 retention: Retention | None = None) -> None:
         self.audit = audit
+        self.retention = retention
         self.interval_s = interval_s
         self.publish = publish
         self.last = last_checkpoint(audit.directory)
@@ -63,6 +74,8 @@ class CheckpointSigner:
     async def _run(self) -> None:
         while True:
             try:
+                if self.retention is not None and self.audit.writable:
+                    await self.audit.retain(self.retention.max_age_s, self.retention.max_total_bytes)
                 await self.sign()
             except Exception:
                 log.exception("could not sign an audit checkpoint")

@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
-from corral.audit.chain import AuditRecord, Chain, Verified
-from corral.audit.checkpoint import Checkpoint, verify_log
+from corral.audit.chain import AuditRecord, Verified
+from corral.audit.checkpoint import Checkpoint, retained_start, verify_log
 from corral.audit.keys import public_pem
 from corral.audit.log import log_files
 from corral.client.errors import api_message
@@ -152,7 +152,9 @@ def verify(directory: Path | None, server: str | None, ca_file: str | None, toke
         pieces = [(path.name, path.read_bytes().splitlines()) for path in _files(source.directory)]
     else:
         pieces = [("the log", source.get("/audit/v1/log").splitlines())]
-    start: Chain | None = None
+    start, missing = retained_start(line for _, lines in pieces for line in lines)
+    if missing is not None:
+        raise click.ClickException(f"{pieces[0][0]}, line 1: {missing}")
     total = 0
     for index, (name, lines) in enumerate(pieces):
         last_piece = index == len(pieces) - 1
@@ -162,10 +164,11 @@ def verify(directory: Path | None, server: str | None, ca_file: str | None, toke
             raise click.ClickException(f"{name}, {verified.broken}")
         start, total = verified.last, total + verified.records
     assert start is not None
+    retained = f" (seq 1-{first - 1} deleted by retention, on record)" if (first := start.seq - total + 1) > 1 else ""
     covered = f", checkpoint {newest.number} covers seq {newest.seq}" if newest is not None else \
         " (no checkpoint given: a cut-off tail would not show)"
     where = f"{len(pieces)} file(s)" if source.directory is not None else source.server
-    click.echo(f"OK: {total} records in {where}, seq 1-{start.seq}{covered}.")
+    click.echo(f"OK: {total} records in {where}, seq {first}-{start.seq}{retained}{covered}.")
 
 
 def _checkpoint(path: Path | None, name: str | None, kubeconfig: str | None, context: str | None) -> Checkpoint | None:

@@ -12,6 +12,7 @@ import click
 import kopf
 import kubernetes
 
+from corral.audit.signer import Retention
 from corral.cli.obsopts import observability_options
 from corral.contract.trust import RiskFloors
 from corral.decide.decision import Policy
@@ -83,6 +84,10 @@ from corral.reconcile.intents import IntentSettings
               help="Seconds between checkpoints; `corral audit verify --max-age` should be twice this.")
 @click.option("--audit-max-bytes", type=click.IntRange(min=4096), default=64 * 2**20, show_default=True,
               help="An audit log file this large is closed and the next one continues the chain.")
+@click.option("--audit-retention-days", type=click.FloatRange(min=0, min_open=True), default=365.0, show_default=True,
+              help="Closed audit log files last written longer ago are deleted, on record (audit.retention).")
+@click.option("--audit-max-total-bytes", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The oldest closed files are deleted (on record) while the log is larger; 0: no limit.")
 @click.option("--serve-port", type=click.IntRange(min=0, max=65535), default=8443, show_default=True,
               help="HTTPS port of the audit log's reader (Kubernetes tokens, the `audit` verb); 0 turns it off.")
 @click.option("--serve-cert", type=click.Path(dir_okay=False, exists=True),
@@ -119,6 +124,8 @@ def run(
     audit_checkpoint: str | None,
     audit_checkpoint_interval: float,
     audit_max_bytes: int,
+    audit_retention_days: float,
+    audit_max_total_bytes: int,
     serve_port: int,
     serve_cert: str | None,
     serve_key: str | None,
@@ -161,6 +168,7 @@ def run(
         audit_checkpoint=audit_checkpoint,
         audit_checkpoint_interval_s=audit_checkpoint_interval,
         audit_max_bytes=audit_max_bytes,
+        audit_retention=Retention(audit_retention_days * 86400.0, audit_max_total_bytes or None),
         serve_port=serve_port,
         serve_cert_file=serve_cert,
         serve_key_file=serve_key,

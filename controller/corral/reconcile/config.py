@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
 from corral.devices.telemetry import Coalescing
 
@@ -47,6 +48,10 @@ class ControllerConfig:
     audit_checkpoint: str | None = None
     audit_checkpoint_interval_s: float = 300.0
     audit_max_bytes: int = 64 * 2**20
+    # A file older than this is closed too; closed files are deleted after `audit_retention.max_age_s` (or
+    # beyond its total size), on record (audit.retention).
+    audit_max_file_age_s: float = 86400.0
+    audit_retention: Retention = field(default_factory=Retention)
     # Records of the last this many seconds are read back at start, so no Intent is decided twice (the
     # Intents' own TTL, and an hour more).
     audit_lookback_s: float = 25 * 3600.0

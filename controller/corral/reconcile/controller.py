@@ -70,14 +70,16 @@ class Controller:
         self.driver = Driver(self.link, topics, config.command_timeout_s)
         key_file = Path(config.audit_key_file)
         key = load_private_key(key_file, create=config.audit_create_key)
-        self.audit = AuditLog(Path(config.audit_dir), config.audit_key_name, key, max_bytes=config.audit_max_bytes)
+        self.audit = AuditLog(Path(config.audit_dir), config.audit_key_name, key, max_bytes=config.audit_max_bytes,
+                              max_file_age_s=config.audit_max_file_age_s)
         self.recorded = DecisionIndex()
         self.audit.on_record(self.recorded.add)
         publish = None
         if config.audit_checkpoint:
             namespace, _, name = config.audit_checkpoint.partition("/")
             publish = publisher(kube.api, namespace, name, CONTROLLER_MANAGER)
-        self.checkpoints = CheckpointSigner(self.audit, config.audit_checkpoint_interval_s, publish)
+        self.checkpoints = CheckpointSigner(self.audit, config.audit_checkpoint_interval_s, publish,
+                                            config.audit_retention)
         # A copy for convenience; a verifier should take it from where the key is kept (corral audit public-key).
         self._public_key = (Path(config.audit_dir) / f"{config.audit_key_name}.pub.pem", public_pem(key))
         notices = DeviceNotices(recorder, self.devices, self.audit)
