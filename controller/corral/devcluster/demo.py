@@ -34,12 +34,13 @@ from corral.client.install import install_api
 from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.plane import DevPlane, find_mosquitto
-from corral.devcluster.processes import accepts_connections, free_port
+from corral.devcluster.processes import accepts_connections, free_port, port_is_free
 from corral.devices.credentials import write_credentials
 from corral_sim.fleet import DeviceSpec
 from corral_sim.presets import preset
 
 FIELD_MANAGER = "corral-demo"
+AUDIT_PORT = 8443  # the audit log reader, as the README shows it (another port when 8443 is taken)
 Progress = Callable[[str], None]
 
 
@@ -104,12 +105,17 @@ class Demo:
         self._spawn("sim", ["sim", "--preset", "home", "--mqtt", broker_at.device_url, "--credentials",
                             str(credentials)], env, logs)
         health = free_port()
+        audit_port = AUDIT_PORT if port_is_free(AUDIT_PORT) else free_port()
+        self.progress(f"the audit log: corral audit show --server https://127.0.0.1:{audit_port} --ca-file "
+                      f"{self.state_dir / 'audit-keys' / 'serving-ca.crt'} (files in {self.state_dir / 'audit'})")
         self._spawn("controller", ["run", "--mqtt", broker_at.controller_url, "--watch-namespace", self.namespace,
-                                   "--health-port", str(health), "--serve-port", str(free_port()),
+                                   "--health-port", str(health), "--serve-port", str(audit_port),
                                    "--audit-dir", str(self.state_dir / "audit"),
+                                   "--audit-checkpoint", f"{self.namespace}/corral-controller",
                                    "--audit-key", str(self.state_dir / "audit-keys" / "controller.pem")], env, logs)
         self._spawn("gateway", ["mcp", "--transport", "http", "-n", self.namespace, "--port",
-                                str(self.gateway_port)], env, logs)
+                                str(self.gateway_port), "--audit-dir", str(self.state_dir / "gateway-audit"),
+                                "--audit-key", str(self.state_dir / "audit-keys" / "gateway.pem")], env, logs)
         self._wait_healthy("controller", f"http://127.0.0.1:{health}/healthz")
         self._wait_healthy("gateway", f"http://127.0.0.1:{self.gateway_port}/healthz")
         self._wait_registered(admin, len(devices))
