@@ -3,16 +3,21 @@
 The local plane runs no Pods, so the installed Deployments never start. Instead the test takes the
 controller's arguments from the rendered Deployment and runs `corral` with exactly those, as the
 chart's controller ServiceAccount (a token minted for it): the end-to-end Intent flow then shows the
-ClusterRole is sufficient, and refused requests with the same token show it is minimal.
+ClusterRole is sufficient, and refused requests with the same token show it is minimal. The pod's mounted
+files (the audit signing key, the serving certificate) are the installed Secrets' contents, written where
+the test can give them; the gateway is run the same way, to publish its audit checkpoint with its one right.
 """
 
 from __future__ import annotations
 
 import base64
 import getpass
+import json
 import os
 import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +27,13 @@ from urllib.parse import unquote, urlsplit
 import kubernetes
 import pytest
 import yaml
+from click.testing import CliRunner
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from corral.api.codes import GROUP, VERSION
 from corral.api.roles import USER_ROLE_RULES
+from corral.audit.keys import load_private_key
 from corral.cli.main import cli
 from corral.client.intents import decide_on, submit, wait_settled
 from corral.devcluster import broker, files
@@ -66,6 +76,38 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
+def container_of(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    container: dict[str, Any] = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def pod_of(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    pod: dict[str, Any] = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]
+    return pod
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+POD_PATHS = ("/etc/corral/", "/var/lib/corral/")
+
+
+def localized(args: list[str], root: Path, files: dict[str, bytes] | None = None) -> list[str]:
+    """The arguments with the pod's paths (its mounts) under `root`; a mounted file gets `files[path]`, or is
+    left empty (enough for the argument parser, which only looks that it exists)."""
+    out = []
+    for arg in args:
+        if arg.startswith(POD_PATHS):
+            local = root / arg.lstrip("/")
+            if arg.startswith("/etc/corral/"):
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes((files or {}).get(arg, b""))
+            arg = str(local)
+        out.append(arg)
+    return out
+
+
 def test_helm_lint_passes_strictly(helm: Helm) -> None:
     done = helm("lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION)
     assert "0 chart(s) failed" in done.stdout
@@ -76,6 +118,8 @@ def test_helm_lint_passes_strictly(helm: Helm) -> None:
     ("networkPolicy.enabled=true",), ("controller.watchNamespaces={a,b}",),
     ("signing.require=true", "signing.keysSecret=keys"), ("mqtt.username=u", "mqtt.password=p@ss"),
     ("mosquitto.enabled=true", "mosquitto.plainListener=true", "mqtt.manageAccounts=true"),
+    ("audit.persistence.enabled=false", "gateway.replicas=3", "audit.gatewayPersistence.enabled=false"),
+    ("audit.existingKeySecret=mine", "audit.serving.existingSecret=tls", "audit.persistence.existingClaim=pvc"),
 ])
 def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str, ...]) -> None:
     docs = render(helm, *sets)
@@ -96,8 +140,9 @@ def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str,
 @pytest.mark.parametrize("sets", [
     (), ("metrics.enabled=true", "gateway.deviceTools=true"), ("controller.watchNamespaces={a,b}",),
     ("signing.require=true", "signing.keysSecret=keys", "policy.approvals.medium=0", "telemetry.deadbands.rssi=5"),
+    ("audit.checkpointInterval=60", "audit.servePort=9443", "gateway.replicas=2", "audit.gatewayPersistence.enabled=false"),
 ])
-def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[str, ...],
+def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[str, ...], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_MQTT_URL", "mqtt://broker:1883")  # from the Secret in a Pod
     for deployment in (d for d in render(helm, *sets) if d["kind"] == "Deployment"):
@@ -106,7 +151,8 @@ def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[
             if container.get("command") or not args or args[0] not in ("run", "mcp"):
                 continue  # not a corral container (the bundled Mosquitto)
             command = cli.commands[args[0]]
-            command.make_context(args[0], list(args[1:]))  # raises a UsageError on anything corral refuses
+            # raises a UsageError on anything corral refuses (the mounted files must exist: --serve-cert)
+            command.make_context(args[0], localized(list(args[1:]), tmp_path))
 
 
 def test_the_default_install_requires_signed_contracts(helm: Helm) -> None:
@@ -130,12 +176,121 @@ def test_the_chart_user_roles_are_the_ones_corral_demo_installs(helm: Helm) -> N
         assert find(docs, "ClusterRole", f"{RELEASE}-{name}")["rules"] == rules, name
 
 
-def test_the_gateway_has_no_rights_of_its_own(helm: Helm) -> None:
+GATEWAY_RIGHT = [{"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "resourceNames": ["corral-gateway"],
+                  "verbs": ["get", "update"]}]
+
+
+def bindings_of(docs: list[dict[str, Any]], service_account: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+            and any(s.get("name") == service_account for s in d.get("subjects") or [])]
+
+
+def test_the_gateway_has_one_right_of_its_own_and_no_other(helm: Helm) -> None:
+    """get and update on its own AuditCheckpoint, by name, in the release namespace: nothing else binds it."""
     docs = render(helm)
-    gateway_sa = f"{RELEASE}-gateway"
-    bound = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
-             and any(s.get("name") == gateway_sa for s in d.get("subjects") or [])]
-    assert bound == []
+    bound = bindings_of(docs, f"{RELEASE}-gateway")
+    assert [(b["kind"], b["metadata"].get("namespace"), b["roleRef"]["kind"]) for b in bound] == [
+        ("RoleBinding", SYSTEM, "Role")]
+    role = find(docs, "Role", bound[0]["roleRef"]["name"])
+    assert role["metadata"]["namespace"] == SYSTEM and role["rules"] == GATEWAY_RIGHT
+    # More than one gateway: no pod publishes (one object cannot hold two chains), so not even that right.
+    many = render(helm, "gateway.replicas=2", "audit.gatewayPersistence.enabled=false")
+    assert bindings_of(many, f"{RELEASE}-gateway") == []
+    assert "--audit-checkpoint" not in container_of(many, "gateway")["args"]
+    assert not [d for d in many if d["kind"] == "AuditCheckpoint" and d["metadata"]["name"] == "corral-gateway"]
+    assert {v["name"]: v for v in pod_of(many, "gateway")["volumes"]}["audit"] == {"name": "audit", "emptyDir": {}}
+
+
+def test_more_than_one_gateway_cannot_share_one_audit_log_volume(helm: Helm) -> None:
+    done = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED,
+                "--set", "gateway.replicas=2", check=False)
+    assert done.returncode != 0 and "audit.gatewayPersistence.enabled=false" in done.stderr, done.stderr
+
+
+def test_each_component_writes_its_own_audit_log_with_its_own_key(helm: Helm, tmp_path: Path) -> None:
+    docs = render(helm)
+    controller, gateway = container_of(docs, "controller")["args"], container_of(docs, "gateway")["args"]
+    assert {f: flag(controller, f) for f in ("--audit-dir", "--audit-key", "--audit-checkpoint",
+                                            "--audit-checkpoint-interval", "--serve-port", "--serve-cert",
+                                            "--serve-key")} == {
+        "--audit-dir": "/var/lib/corral/audit", "--audit-key": "/etc/corral/audit-keys/controller.pem",
+        "--audit-checkpoint": f"{SYSTEM}/corral-controller", "--audit-checkpoint-interval": "300",
+        "--serve-port": "8443", "--serve-cert": "/etc/corral/serving/tls.crt", "--serve-key": "/etc/corral/serving/tls.key"}
+    assert {f: flag(gateway, f) for f in ("--audit-dir", "--audit-key", "--audit-checkpoint")} == {
+        "--audit-dir": "/var/lib/corral/gateway-audit", "--audit-key": "/etc/corral/audit-keys/gateway.pem",
+        "--audit-checkpoint": f"{SYSTEM}/corral-gateway"}
+    assert "--no-create-audit-key" in controller and "--no-create-audit-key" in gateway
+    keys = {k: base64.b64decode(v) for k, v in find(docs, "Secret", f"{RELEASE}-audit-keys")["data"].items()}
+    assert set(keys) == {"controller.pem", "gateway.pem"} and keys["controller.pem"] != keys["gateway.pem"]
+    for component, claim in (("controller", f"{RELEASE}-controller-audit"), ("gateway", f"{RELEASE}-gateway-audit")):
+        pod = pod_of(docs, component)
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert volumes["audit"]["persistentVolumeClaim"]["claimName"] == claim
+        # Each pod sees its own key alone, read-only.
+        assert volumes["audit-key"]["secret"]["items"] == [{"key": f"{component}.pem", "path": f"{component}.pem"}]
+        assert mounts["audit-key"]["readOnly"] is True
+        assert find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["strategy"] == {"type": "Recreate"}
+        assert find(docs, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
+        path = tmp_path / f"{component}.pem"
+        path.write_bytes(keys[f"{component}.pem"])
+        assert isinstance(load_private_key(path, create=False), Ed25519PrivateKey)
+    assert find(docs, "PersistentVolumeClaim", f"{RELEASE}-controller-audit")["spec"]["resources"]["requests"] == {
+        "storage": "1Gi"}
+    for name in ("corral-controller", "corral-gateway"):
+        assert "spec" not in find(docs, "AuditCheckpoint", name), "Helm would reset what the component publishes"
+    ports = find(docs, "Service", f"{RELEASE}-controller")["spec"]["ports"]
+    assert {"name": "audit", "port": 8443, "targetPort": "audit", "protocol": "TCP"} in ports
+
+
+def test_the_serving_certificate_is_for_the_service_and_loopback(helm: Helm) -> None:
+    docs = render(helm, "audit.serving.extraNames={audit.example.org}")
+    tls = {k: base64.b64decode(v) for k, v in find(docs, "Secret", f"{RELEASE}-controller-serving")["data"].items()}
+    ca = find(docs, "ConfigMap", f"{RELEASE}-controller-serving-ca")["data"]["ca.crt"].encode()
+    assert ca.strip() == tls["ca.crt"].strip() and b"PRIVATE" not in ca
+    cert = x509.load_pem_x509_certificate(tls["tls.crt"])
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(names.get_values_for_type(x509.DNSName)) >= {
+        f"{RELEASE}-controller.{SYSTEM}.svc", "localhost", "audit.example.org"}
+    assert {str(ip) for ip in names.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "::1"}
+
+
+def test_audit_volumes_keys_and_certificates_of_your_own(helm: Helm) -> None:
+    docs = render(helm, "audit.existingKeySecret=my-keys", "audit.serving.existingSecret=my-tls",
+                  "audit.persistence.existingClaim=my-log", "audit.gatewayPersistence.storageClass=-",
+                  "audit.keepOnUninstall=false")
+    assert not [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] in (
+        f"{RELEASE}-audit-keys", f"{RELEASE}-controller-serving")]
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("serving-ca")]
+    volumes = {v["name"]: v for v in pod_of(docs, "controller")["volumes"]}
+    assert volumes["audit"]["persistentVolumeClaim"]["claimName"] == "my-log"
+    assert volumes["audit-key"]["secret"]["secretName"] == "my-keys"
+    assert volumes["serving"]["secret"]["secretName"] == "my-tls"
+    claims = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert [c["metadata"]["name"] for c in claims] == [f"{RELEASE}-gateway-audit"]
+    assert claims[0]["spec"]["storageClassName"] == "" and "annotations" not in claims[0]["metadata"]
+    ephemeral = render(helm, "audit.persistence.enabled=false")
+    assert {v["name"]: v for v in pod_of(ephemeral, "controller")["volumes"]}["audit"]["emptyDir"] == {}
+    assert [c["metadata"]["name"] for c in ephemeral if c["kind"] == "PersistentVolumeClaim"] == [
+        f"{RELEASE}-gateway-audit"]
+    kept = render(helm)
+    for kind, name in (("Secret", f"{RELEASE}-audit-keys"), ("PersistentVolumeClaim", f"{RELEASE}-controller-audit")):
+        assert find(kept, kind, name)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_the_audit_log_is_read_with_the_audit_verb(helm: Helm) -> None:
+    docs = render(helm, "networkPolicy.enabled=true")
+    assert find(docs, "ClusterRole", f"{RELEASE}-audit-reader")["rules"] == [
+        {"apiGroups": ["corral.dev"], "resources": ["devices"], "verbs": ["audit"]}]
+    ingress = find(docs, "NetworkPolicy", f"{RELEASE}-controller")["spec"]["ingress"]
+    assert {"ports": [{"port": 8443, "protocol": "TCP"}]} in ingress
+    cluster = find(docs, "ClusterRole", f"{RELEASE}-controller")["rules"]
+    assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in cluster
+    assert find(docs, "Role", f"{RELEASE}-controller-audit-checkpoint")["rules"] == [
+        {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "resourceNames": ["corral-controller"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "verbs": ["create"]}]
 
 
 def test_the_bundled_broker_admits_only_its_accounts_over_tls(helm: Helm, tmp_path: Path) -> None:
@@ -203,6 +358,7 @@ class Installed:
     helm: Helm
     controller_kubeconfig: Path
     controller_args: list[str]
+    manifest: list[dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +378,7 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         container = find(manifest, "Deployment", f"{RELEASE}-controller")["spec"]["template"]["spec"]["containers"][0]
         token = service_account_token(admin, SYSTEM, f"{RELEASE}-controller")
         kubeconfig = kubeconfig_for(plane, token, state / "controller.kubeconfig", SYSTEM)
-        yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]))
+        yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]), manifest)
     finally:
         dev.down(purge=True)
 
@@ -232,15 +388,41 @@ def test_helm_install_creates_the_release_with_crds_and_policies(installed: Inst
     assert status["info"]["status"] == "deployed"
     ext = kubernetes.client.ApiextensionsV1Api(installed.admin)
     assert {c.metadata.name for c in ext.list_custom_resource_definition().items} >= {
-        "devices.corral.dev", "intents.corral.dev", "approvals.corral.dev", "capabilities.corral.dev"}
+        "devices.corral.dev", "intents.corral.dev", "approvals.corral.dev", "capabilities.corral.dev",
+        "auditcheckpoints.corral.dev"}
+    checkpoints = kubernetes.client.CustomObjectsApi(installed.admin).list_namespaced_custom_object(
+        GROUP, VERSION, SYSTEM, "auditcheckpoints")["items"]
+    assert {c["metadata"]["name"] for c in checkpoints} == {"corral-controller", "corral-gateway"}
+    claims = kubernetes.client.CoreV1Api(installed.admin).list_namespaced_persistent_volume_claim(SYSTEM).items
+    assert {c.metadata.name for c in claims} == {f"{RELEASE}-controller-audit", f"{RELEASE}-gateway-audit"}
     policies = kubernetes.client.AdmissionregistrationV1Api(installed.admin).list_validating_admission_policy()
     assert policies.items, "the admission policies are part of the release"
+
+
+def mounted_files(installed: Installed, component: str) -> dict[str, bytes]:
+    """What the pod would find in its Secret volumes, from the installed Secrets: mount path -> content."""
+    pod = pod_of(installed.manifest, component)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    core = kubernetes.client.CoreV1Api(installed.admin)
+    files = {}
+    for mount in pod["containers"][0]["volumeMounts"]:
+        secret = volumes[mount["name"]].get("secret")
+        if secret is None:
+            continue
+        data = core.read_namespaced_secret(secret["secretName"], SYSTEM).data
+        for item in secret["items"]:
+            files[f"{mount['mountPath']}/{item['path']}"] = base64.b64decode(data[item["key"]])
+    return files
 
 
 def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Installed, tmp_path: Path) -> None:
     plane, admin = installed.plane, installed.admin
     args = list(installed.controller_args)
     args[args.index("--health-port") + 1] = str(health := free_port())
+    args[args.index("--serve-port") + 1] = str(serve := free_port())
+    args[args.index("--audit-checkpoint-interval") + 1] = "1"  # the chart's 300 s would outlast the test
+    mounted = mounted_files(installed, "controller")
+    args = localized(args, tmp_path, mounted)
     env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "CORRAL_MQTT_URL": plane.mqtt_url_as(files.BROKER_CONTROLLER)}
     agent_token = _user(installed, "agent", "agent-operator")
     approver_token = _user(installed, "approver", "approver")
@@ -274,10 +456,53 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
                      "the controller to post the Intent's outcome Event, related to its Device")
             wait_for(lambda: _gone(objects, "porch-on"), "the finished Intent to be deleted after its TTL",
                      timeout_s=30)
+            _read_and_verify_the_audit_log(installed, f"https://127.0.0.1:{serve}",
+                                           mounted["/etc/corral/audit-keys/controller.pem"], tmp_path)
         finally:
             controller.terminate()
             controller.wait(20)
     assert "403" not in log.read_text() and "Forbidden" not in log.read_text(), log.read_text()[-3000:]
+
+
+def _read_and_verify_the_audit_log(installed: Installed, server: str, private_key: bytes, tmp_path: Path) -> None:
+    """As the README says: a person bound to <fullname>-audit-reader reads the log through the controller's
+    HTTPS server (its CA from the chart's ConfigMap), and verifies it with the public key derived from the
+    chart's Secret, against the AuditCheckpoint the controller published with the chart's RBAC."""
+    ca = tmp_path / "ca.crt"
+    ca.write_text(kubernetes.client.CoreV1Api(installed.admin).read_namespaced_config_map(
+        f"{RELEASE}-controller-serving-ca", SYSTEM).data["ca.crt"])
+    service_account_token(installed.admin, SYSTEM, "auditor")
+    kubernetes.client.RbacAuthorizationV1Api(installed.admin).create_cluster_role_binding({
+        "metadata": {"name": "chart-auditor"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{RELEASE}-audit-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "auditor", "namespace": SYSTEM}]})
+    auditor = service_account_token(installed.admin, SYSTEM, "auditor")
+    wait_until_allowed(api_client(installed.plane, token=auditor), "audit", "", "devices")
+    shown = CliRunner().invoke(cli, ["audit", "show", "--server", server, "--ca-file", str(ca), "--token", auditor,
+                                     "--intent", "lock-up", "-o", "json"])
+    assert shown.exit_code == 0, shown.output
+    assert [json.loads(line)["kind"] for line in shown.output.splitlines()][-1] == "intent.decided"
+    stranger = service_account_token(installed.admin, SYSTEM, "stranger")
+    request = urllib.request.Request(server + "/audit/v1/records", headers={"Authorization": f"Bearer {stranger}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, context=ssl.create_default_context(cafile=str(ca)), timeout=10)
+    assert refused.value.code == 403
+    public = CliRunner().invoke(cli, ["audit", "public-key", "-"], input=private_key)
+    assert public.exit_code == 0 and "PUBLIC KEY" in public.output, public.output
+    (key := tmp_path / "controller.pub.pem").write_text(public.output)
+    wait_for(lambda: _checkpoint(installed.admin, "corral-controller").get("seq"),
+             "the controller to publish a checkpoint", timeout_s=15)
+    verified = CliRunner().invoke(cli, ["audit", "verify", "--server", server, "--ca-file", str(ca), "--token", auditor,
+                                        "--key", str(key), "--checkpoint-object", f"{SYSTEM}/corral-controller"],
+                                  env={"KUBECONFIG": str(installed.plane.kubeconfig)})
+    assert verified.exit_code == 0 and "covers seq" in verified.output, verified.output
+
+
+def _checkpoint(admin: kubernetes.client.ApiClient, name: str) -> dict[str, Any]:
+    body = kubernetes.client.CustomObjectsApi(admin).get_namespaced_custom_object(
+        GROUP, VERSION, SYSTEM, "auditcheckpoints", name)
+    spec: dict[str, Any] = body.get("spec") or {}
+    return spec
 
 
 @pytest.mark.parametrize(("verb", "group", "resource", "namespace"), [
@@ -286,7 +511,8 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     ("update", "corral.dev", "devices", HOME), ("create", "corral.dev", "intents", HOME),
     ("create", "corral.dev", "approvals", HOME), ("update", "corral.dev", "capabilities", None),
     ("create", "", "pods", HOME), ("list", "", "configmaps", HOME), ("create", "rbac.authorization.k8s.io", "rolebindings", HOME),
-    ("impersonate", "", "users", None), ("create", "authentication.k8s.io", "tokenreviews", None),
+    ("impersonate", "", "users", None), ("list", "corral.dev", "auditcheckpoints", SYSTEM),
+    ("create", "corral.dev", "auditcheckpoints", HOME), ("delete", "corral.dev", "auditcheckpoints", SYSTEM),
 ])
 def test_the_controller_service_account_can_do_nothing_else(
         installed: Installed, verb: str, group: str, resource: str, namespace: str | None) -> None:
@@ -296,13 +522,87 @@ def test_the_controller_service_account_can_do_nothing_else(
     assert review.status.allowed is False, f"the controller may {verb} {resource} in {namespace}"
 
 
-def test_the_gateway_service_account_can_read_nothing(installed: Installed, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("verb", "name", "allowed"), [
+    ("get", "corral-controller", True), ("update", "corral-controller", True), ("create", None, True),
+    ("update", "corral-gateway", False), ("patch", "corral-controller", False), ("delete", "corral-controller", False),
+])
+def test_the_controller_may_publish_its_own_checkpoint_only(installed: Installed, verb: str, name: str | None,
+                                                            allowed: bool) -> None:
+    controller = kubeconfig_client(installed.controller_kubeconfig)
+    attributes = {"verb": verb, "group": "corral.dev", "resource": "auditcheckpoints", "namespace": SYSTEM}
+    review = kubernetes.client.AuthorizationV1Api(controller).create_self_subject_access_review({"spec": {
+        "resourceAttributes": {**attributes, **({"name": name} if name else {})}}})
+    assert review.status.allowed is allowed, (verb, name)
+
+
+def test_the_gateway_service_account_has_its_one_right_and_no_other(installed: Installed, tmp_path: Path) -> None:
     token = service_account_token(installed.admin, SYSTEM, f"{RELEASE}-gateway")
     gateway = kubeconfig_client(kubeconfig_for(installed.plane, token, tmp_path / "gw.kubeconfig", SYSTEM))
-    for verb, resource in (("list", "devices"), ("create", "intents"), ("get", "capabilities")):
+    checks = [("list", "devices", HOME, None), ("create", "intents", HOME, None), ("get", "capabilities", None, None),
+              ("get", "auditcheckpoints", SYSTEM, "corral-gateway"), ("update", "auditcheckpoints", SYSTEM, "corral-gateway"),
+              ("patch", "auditcheckpoints", SYSTEM, "corral-gateway"), ("delete", "auditcheckpoints", SYSTEM, "corral-gateway"),
+              ("update", "auditcheckpoints", SYSTEM, "corral-controller"), ("get", "auditcheckpoints", SYSTEM, "corral-controller"),
+              ("create", "auditcheckpoints", SYSTEM, None), ("list", "auditcheckpoints", SYSTEM, None),
+              ("watch", "auditcheckpoints", SYSTEM, None), ("audit", "devices", None, None)]
+    for verb, resource, namespace, name in checks:
+        attributes = {"verb": verb, "group": "corral.dev", "resource": resource, "namespace": namespace, "name": name}
         review = kubernetes.client.AuthorizationV1Api(gateway).create_self_subject_access_review({"spec": {
-            "resourceAttributes": {"verb": verb, "group": "corral.dev", "resource": resource, "namespace": HOME}}})
-        assert review.status.allowed is (resource == "capabilities" and verb == "get"), (verb, resource)
+            "resourceAttributes": attributes}})
+        expected = (resource, verb) == ("capabilities", "get") or (name == "corral-gateway" and verb in ("get", "update"))
+        assert review.status.allowed is expected, (verb, resource, name)
+    # And for real: the controller's checkpoint is out of its reach.
+    objects = kubernetes.client.CustomObjectsApi(gateway)
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        objects.get_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", "corral-controller")
+    assert refused.value.status == 403
+
+
+def test_the_gateway_publishes_its_checkpoint_with_its_service_account(installed: Installed, tmp_path: Path) -> None:
+    """`corral mcp` with the rendered arguments, as the gateway's ServiceAccount: its first checkpoint (signed at
+    start) reaches its AuditCheckpoint object, and nothing it does is refused."""
+    container = container_of(installed.manifest, "gateway")
+    args = list(container["args"])
+    args[args.index("--port") + 1] = str(port := free_port())
+    args[args.index("--host") + 1] = "127.0.0.1"
+    mounted = mounted_files(installed, "gateway")
+    assert set(mounted) == {"/etc/corral/audit-keys/gateway.pem"}, "the gateway's own key, nothing else"
+    token = service_account_token(installed.admin, SYSTEM, f"{RELEASE}-gateway")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig_for(installed.plane, token, tmp_path / "gw.kubeconfig", SYSTEM))}
+    log = tmp_path / "gateway.log"
+    with open(log, "ab") as out:
+        gateway = subprocess.Popen([CORRAL, *localized(args, tmp_path, mounted)], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: gateway.poll() is None and healthz(port), f"the gateway to start (log {log})", timeout_s=30)
+        published = wait_for(lambda: _checkpoint(installed.admin, "corral-gateway"),
+                             f"the gateway's checkpoint (log {log})", timeout_s=15)
+        assert published["key"] == "gateway"
+    finally:
+        gateway.terminate()
+        gateway.wait(20)
+    assert _checkpoint(installed.admin, "corral-gateway")["final"] is True  # signed as it stopped, published too
+    text = log.read_text()
+    assert "403" not in text and "Forbidden" not in text and "could not be published" not in text, text[-3000:]
+
+
+def test_helm_upgrade_keeps_the_keys_the_certificate_and_the_published_checkpoints(installed: Installed) -> None:
+    core = kubernetes.client.CoreV1Api(installed.admin)
+    objects = kubernetes.client.CustomObjectsApi(installed.admin)
+    for name in ("corral-controller", "corral-gateway"):
+        if not _checkpoint(installed.admin, name):  # as a component would have published it
+            body = objects.get_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", name)
+            body["spec"] = {"number": 1, "seq": 0, "head": "0" * 64, "at": "2026-01-01T00:00:00Z",
+                            "previous": "0" * 64, "key": name.removeprefix("corral-"), "sig": "c2ln"}
+            objects.replace_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", name, body)
+    before = {name: _checkpoint(installed.admin, name) for name in ("corral-controller", "corral-gateway")}
+    secrets = {name: core.read_namespaced_secret(name, SYSTEM).data
+               for name in (f"{RELEASE}-audit-keys", f"{RELEASE}-controller-serving")}
+    installed.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "--reset-then-reuse-values",  # as the README says
+                   "--set", "audit.checkpointInterval=120")
+    manifest = [d for d in yaml.safe_load_all(installed.helm("get", "manifest", RELEASE, "-n", SYSTEM).stdout) if d]
+    assert flag(container_of(manifest, "controller")["args"], "--audit-checkpoint-interval") == "120"
+    assert {name: _checkpoint(installed.admin, name) for name in before} == before
+    assert {name: core.read_namespaced_secret(name, SYSTEM).data for name in secrets} == secrets
 
 
 def kubeconfig_client(path: Path) -> kubernetes.client.ApiClient:

@@ -70,11 +70,13 @@ def test_kube_audit_policy_records_corral_writes_with_bodies_and_nothing_else() 
     policy = yaml.safe_load(files.kube_audit_policy())
     assert (policy["apiVersion"], policy["kind"]) == ("audit.k8s.io/v1", "Policy")
     assert policy["omitStages"] == ["RequestReceived"]
-    for resource in ("intents", "approvals", "devices", "devices/status", "capabilities"):
+    for resource in ("intents", "approvals", "devices", "capabilities", "auditcheckpoints"):
         for verb in ("create", "update", "patch", "delete", "deletecollection"):
             assert _audit_level(policy, "corral.dev", resource, verb) == "RequestResponse", (resource, verb)
         for verb in ("get", "list", "watch"):
             assert _audit_level(policy, "corral.dev", resource, verb) == "None", (resource, verb)
+    for resource in ("devices/status", "intents/status", "approvals/status"):
+        assert _audit_level(policy, "corral.dev", resource, "patch") == "Metadata", resource  # the controller's
     for group, resource in (("", "configmaps"), ("", "secrets"), ("rbac.authorization.k8s.io", "rolebindings")):
         assert _audit_level(policy, group, resource, "create") == "None", resource
     assert policy["rules"][-1] == {"level": "None"}

@@ -105,27 +105,57 @@ app.kubernetes.io/component: {{ $component }}
 {{- toJson (concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.mosquitto.tls.extraNames | uniq) }}
 {{- end }}
 
-{{/*
-What the chart generates, made once per render (every template sees the same values) and kept across
-upgrades with `lookup` (which answers nothing under `helm template`: then it is new every time):
-  controllerPassword  the controller's account on the bundled broker (Secret <fullname>-mqtt, key controller-password)
-  tls                 the bundled broker's CA and server certificate, unless mosquitto.tls.secretName
-                      (Secret <fullname>-mosquitto-tls; a new certificate from the same CA when the names change)
-Returned as JSON; the memo lives in .Values, which every template of a render shares.
-*/}}
-{{- define "corral.generated" -}}
-{{- if not (hasKey .Values "__corralGenerated") }}
-{{- $g := dict }}
-{{- if .Values.mosquitto.enabled }}
-{{- $mqtt := lookup "v1" "Secret" .Release.Namespace (include "corral.componentName" (list . "mqtt")) }}
-{{- $kept := (($mqtt | default dict).data | default dict) }}
-{{- if hasKey $kept "controller-password" }}
-{{- $_ := set $g "controllerPassword" (index $kept "controller-password" | b64dec) }}
-{{- else }}
-{{- $_ := set $g "controllerPassword" (randAlphaNum 32) }}
+{{/* The controller's Service name (the audit log's HTTPS server and metrics), and the names its generated
+serving certificate is for: the Service's DNS names, loopback (for `kubectl port-forward`) and audit.serving.extraNames. */}}
+{{- define "corral.controllerName" -}}
+{{- include "corral.componentName" (list . "controller") }}
 {{- end }}
-{{- if not .Values.mosquitto.tls.secretName }}
-{{- $names := include "corral.mosquittoServerNames" . | fromJsonArray }}
+
+{{- define "corral.servingNames" -}}
+{{- $svc := include "corral.controllerName" . }}
+{{- $ns := .Release.Namespace }}
+{{- toJson (concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost" "127.0.0.1" "::1") .Values.audit.serving.extraNames | uniq) }}
+{{- end }}
+
+{{/* The fixed names of the AuditCheckpoint objects in the release namespace (`--audit-checkpoint`). */}}
+{{- define "corral.controllerCheckpoint" -}}corral-controller{{- end }}
+{{- define "corral.gatewayCheckpoint" -}}corral-gateway{{- end }}
+
+{{/* "true" when the gateway keeps a durable log of its own and publishes its checkpoints: one gateway writes
+one log and one AuditCheckpoint object, so with gateway.replicas above 1 each pod keeps its log in an emptyDir
+and publishes none (two chains would overwrite one object). */}}
+{{- define "corral.gatewayPublishes" -}}
+{{- if and .Values.gateway.enabled (le (int .Values.gateway.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the audit signing keys (controller.pem, gateway.pem). */}}
+{{- define "corral.auditKeySecret" -}}
+{{- .Values.audit.existingKeySecret | default (include "corral.componentName" (list . "audit-keys")) }}
+{{- end }}
+
+{{/* The controller's serving certificate Secret (kubernetes.io/tls). */}}
+{{- define "corral.servingSecret" -}}
+{{- .Values.audit.serving.existingSecret | default (include "corral.componentName" (list . "controller-serving")) }}
+{{- end }}
+
+{{/* An audit log's volume: (list $ persistenceValues "suffix") -> the PVC's name, or "" for an emptyDir. */}}
+{{- define "corral.auditClaim" -}}
+{{- $ctx := index . 0 }}
+{{- $p := index . 1 }}
+{{- if $p.enabled }}
+{{- $p.existingClaim | default (include "corral.componentName" (list $ctx (index . 2))) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A CA and a server certificate for a list of names (DNS names or IP addresses), kept across upgrades from
+the Secret that holds them (keys ca.crt, ca.key, tls.crt, tls.key; annotation corral.dev/server-names):
+the same CA always, and a new certificate from it when the names change. Call with
+(list $ "<Secret name>" "<CA common name>" <names>); returns JSON {names, caCert, caKey, cert, key}.
+*/}}
+{{- define "corral.keptServerCert" -}}
+{{- $ctx := index . 0 }}
+{{- $names := index . 3 }}
 {{- $ips := list }}
 {{- $dns := list }}
 {{- range $names }}
@@ -136,7 +166,7 @@ Returned as JSON; the memo lives in .Values, which every template of a render sh
 {{- end }}
 {{- end }}
 {{- $namesKey := join "," $names }}
-{{- $old := lookup "v1" "Secret" .Release.Namespace (include "corral.componentName" (list . "mosquitto-tls")) | default dict }}
+{{- $old := lookup "v1" "Secret" $ctx.Release.Namespace (index . 1) | default dict }}
 {{- $oldData := $old.data | default dict }}
 {{- $oldNames := ((($old.metadata | default dict).annotations | default dict) | dig "corral.dev/server-names" "") }}
 {{- $tls := dict "names" $namesKey }}
@@ -153,15 +183,63 @@ Returned as JSON; the memo lives in .Values, which every template of a render sh
 {{- $_ := set $tls "key" $cert.Key }}
 {{- end }}
 {{- else }}
-{{- $ca := genCA (printf "%s CA" (include "corral.mosquittoName" .)) 3650 }}
+{{- $ca := genCA (index . 2) 3650 }}
 {{- $cert := genSignedCert (first $dns) $ips $dns 3650 $ca }}
 {{- $_ := set $tls "caCert" $ca.Cert }}
 {{- $_ := set $tls "caKey" $ca.Key }}
 {{- $_ := set $tls "cert" $cert.Cert }}
 {{- $_ := set $tls "key" $cert.Key }}
 {{- end }}
+{{- toJson $tls }}
+{{- end }}
+
+{{/*
+What the chart generates, made once per render (every template sees the same values) and kept across
+upgrades with `lookup` (which answers nothing under `helm template`: then it is new every time):
+  controllerPassword  the controller's account on the bundled broker (Secret <fullname>-mqtt, key controller-password)
+  tls                 the bundled broker's CA and server certificate, unless mosquitto.tls.secretName
+                      (Secret <fullname>-mosquitto-tls; a new certificate from the same CA when the names change)
+  auditKeys           the Ed25519 audit signing keys {controller, gateway} (PEM, PKCS8), unless
+                      audit.existingKeySecret (Secret <fullname>-audit-keys; each key kept on its own)
+  serving             the controller's serving CA and certificate, unless audit.serving.existingSecret
+                      (Secret <fullname>-controller-serving; a new certificate from the same CA when the names change)
+Returned as JSON; the memo lives in .Values, which every template of a render shares.
+*/}}
+{{- define "corral.generated" -}}
+{{- if not (hasKey .Values "__corralGenerated") }}
+{{- $g := dict }}
+{{- if .Values.mosquitto.enabled }}
+{{- $mqtt := lookup "v1" "Secret" .Release.Namespace (include "corral.componentName" (list . "mqtt")) }}
+{{- $kept := (($mqtt | default dict).data | default dict) }}
+{{- if hasKey $kept "controller-password" }}
+{{- $_ := set $g "controllerPassword" (index $kept "controller-password" | b64dec) }}
+{{- else }}
+{{- $_ := set $g "controllerPassword" (randAlphaNum 32) }}
+{{- end }}
+{{- if not .Values.mosquitto.tls.secretName }}
+{{- $names := include "corral.mosquittoServerNames" . | fromJsonArray }}
+{{- $tls := include "corral.keptServerCert" (list . (include "corral.componentName" (list . "mosquitto-tls")) (printf "%s CA" (include "corral.mosquittoName" .)) $names) | fromJson }}
 {{- $_ := set $g "tls" $tls }}
 {{- end }}
+{{- end }}
+{{- if not .Values.audit.existingKeySecret }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "corral.auditKeySecret" .) | default dict }}
+{{- $oldData := $old.data | default dict }}
+{{- $keys := dict }}
+{{- range $component := list "controller" "gateway" }}
+{{- $file := printf "%s.pem" $component }}
+{{- if hasKey $oldData $file }}
+{{- $_ := set $keys $component (index $oldData $file | b64dec) }}
+{{- else }}
+{{- $_ := set $keys $component (genPrivateKey "ed25519") }}
+{{- end }}
+{{- end }}
+{{- $_ := set $g "auditKeys" $keys }}
+{{- end }}
+{{- if not .Values.audit.serving.existingSecret }}
+{{- $names := include "corral.servingNames" . | fromJsonArray }}
+{{- $serving := include "corral.keptServerCert" (list . (include "corral.servingSecret" .) (printf "%s serving CA" (include "corral.controllerName" .)) $names) | fromJson }}
+{{- $_ := set $g "serving" $serving }}
 {{- end }}
 {{- $_ := set .Values "__corralGenerated" $g }}
 {{- end }}
@@ -235,6 +313,9 @@ mqtt.username/password URL-encoded (a space as %20, not +). */}}
 {{- if and (include "corral.bundledBroker" .) (not .Values.mqtt.manageAccounts) }}
 {{- fail "mqtt.manageAccounts=false cannot be used with the bundled broker: it admits only the accounts the controller makes for enrolled devices, so no device could connect. Leave mqtt.manageAccounts true, or use a broker of your own (mqtt.url)." }}
 {{- end }}
+{{- end }}
+{{- if and .Values.gateway.enabled (gt (int .Values.gateway.replicas) 1) .Values.audit.gatewayPersistence.enabled }}
+{{- fail (printf "gateway.replicas is %d, but audit.gatewayPersistence.enabled gives the gateway ONE audit log volume, and a log has one writer (the second pod would find it locked and exit). Run one gateway replica, or set audit.gatewayPersistence.enabled=false: then each gateway pod keeps its own log in an emptyDir (lost with the pod) and none publishes an AuditCheckpoint." (int .Values.gateway.replicas)) }}
 {{- end }}
 {{- end }}
 

@@ -88,7 +88,9 @@ def crd_for(kind: type[Resource]) -> dict[str, Any]:
     properties["apiVersion"] = {"type": "string", "description": "corral.dev/v1alpha1"}
     properties["kind"] = {"type": "string", "description": kind.kind_name}
     properties["metadata"] = {"type": "object"}
-    root["required"] = [name for name in root.get("required", []) if name not in ("apiVersion", "kind", "metadata")]
+    required = [name for name in root.pop("required", []) if name not in ("apiVersion", "kind", "metadata")]
+    if required:  # an empty list is not stored, and server-side apply would then see a change that is not one
+        root["required"] = required
     if kind.root_validations:
         root["x-kubernetes-validations"] = kind.root_validations
 

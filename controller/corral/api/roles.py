@@ -34,6 +34,8 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
     ],
     # Capabilities are device-type contracts (cluster-scoped, not secret); agents need them to see actions.
     "capability-reader": [_rule(GROUP, ["capabilities"], ["get", "list"])],
+    # Reads the audit log from the controller's HTTPS server (cluster-wide; a Role in a namespace: its part).
+    "audit-reader": [_rule(GROUP, ["devices"], ["audit"])],
 }
 
 

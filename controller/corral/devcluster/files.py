@@ -168,7 +168,15 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-# Every write to Corral's resources (group corral.dev, every resource and subresource), with its bodies.
+# Status, which only the controller writes, many times a minute: who and when, not the bodies (the
+# controller's own audit log has the facts).
+- level: Metadata
+  verbs: [update, patch]
+  resources:
+  - group: corral.dev
+    resources: [devices/status, intents/status, approvals/status, capabilities/status, auditcheckpoints/status]
+# Every other write to Corral's resources (Devices and their targets, Intents, Approvals, Capabilities,
+# AuditCheckpoints), with its bodies.
 - level: RequestResponse
   verbs: [create, update, patch, delete, deletecollection]
   resources:
@@ -179,5 +187,6 @@ rules:
 
 
 def kube_audit_policy() -> str:
-    """kube-apiserver --audit-policy-file: writes to group corral.dev at RequestResponse, nothing else."""
+    """kube-apiserver --audit-policy-file: writes to group corral.dev at RequestResponse (status at Metadata),
+    nothing else."""
     return _KUBE_AUDIT_POLICY
