@@ -4,6 +4,9 @@ What a person relying on the log would check: every decision is in it exactly on
 Intent said; a controller killed mid-burst loses no decision a client saw and decides nothing twice; a
 log that cannot be written stops new decisions (and says so) while devices keep being driven; and the
 log is read over HTTPS only by those RBAC lets read it.
+
+The tests share one namespace, fleet and controller (each setting up costs as much as a test), and keep
+apart by the names of their Intents.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from corral.devcluster.plane import Plane
 from corral_sim.fleet import Fleet
 from tests.controller_harness import ControllerProcess, device, set_target
 from tests.fleet_harness import on_fleet, running_fleet
-from tests.harness import apply_yaml, grant, service_account_token, wait_for
+from tests.harness import apply_yaml, fresh_namespace, grant, service_account_token, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +57,11 @@ class Audited:
     stranger: kubernetes.client.ApiClient
     controller: ControllerProcess
 
-    def intents(self) -> dict[str, dict[str, Any]]:
+    def intents(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """This test's Intents: those whose names start with `prefix`."""
         items = kubernetes.client.CustomObjectsApi(self.admin).list_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "intents")["items"]
-        return {item["metadata"]["name"]: item for item in items}
+        return {item["metadata"]["name"]: item for item in items if item["metadata"]["name"].startswith(prefix)}
 
     def records(self) -> list[AuditRecord]:
         return list(read_records(self.controller.audit_dir))
@@ -69,8 +73,15 @@ class Audited:
         return done.output
 
 
-@pytest.fixture
-def audited(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[Audited]:
+@pytest.fixture(scope="module")
+def audited(plane: Plane, corral_api: kubernetes.client.ApiClient, kube: kubernetes.client.ApiClient,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
+    with fresh_namespace(kube, "audit") as namespace:
+        yield from _audited(plane, corral_api, namespace, tmp_path_factory.mktemp("audit"))
+
+
+def _audited(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
+             ) -> Iterator[Audited]:
     operator = grant(plane, corral_api, namespace, "operator", "[get, list, read, write]", "[get]", "write")
     stranger = grant(plane, corral_api, namespace, "stranger", "[get]", "[get]", "get")
     prefix = f"aud-{uuid.uuid4().hex[:6]}"
@@ -85,7 +96,7 @@ def audited(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: st
             controller.stop()
 
 
-def mixed(count: int, operator: str, stranger: str) -> list[tuple[str, str, dict[str, Any]]]:
+def mixed(prefix: str, count: int, operator: str, stranger: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, who, spec): executed, out of range, unknown actuator and not allowed, in turn."""
     asks = []
     for i in range(count):
@@ -100,7 +111,7 @@ def mixed(count: int, operator: str, stranger: str) -> list[tuple[str, str, dict
             spec.update(actuator="warp_drive")
         elif kind == 3:
             spec, who = {**spec, "requester": stranger}, "stranger"
-        asks.append((f"mix-{i:05d}", who, spec))
+        asks.append((f"{prefix}{i:05d}", who, spec))
     return asks
 
 
@@ -127,11 +138,12 @@ def test_every_intent_has_exactly_one_decision_record_that_says_what_the_intent_
         audited: Audited, request: pytest.FixtureRequest) -> None:
     count = 10_000 if request.config.getoption("--slow") else 1_000
     ns = audited.namespace
-    asks = mixed(count, f"system:serviceaccount:{ns}:operator", f"system:serviceaccount:{ns}:stranger")
+    asks = mixed("mix-", count, f"system:serviceaccount:{ns}:operator", f"system:serviceaccount:{ns}:stranger")
     submit_all(audited, asks)
-    wait_for(lambda: sum((i.get("status") or {}).get("phase") in FINAL_PHASES for i in audited.intents().values())
-             == count, f"all {count} Intents decided", timeout_s=60 + count * 0.1)
-    intents = audited.intents()
+    wait_for(lambda: sum((i.get("status") or {}).get("phase") in FINAL_PHASES
+                         for i in audited.intents("mix-").values()) == count,
+             f"all {count} Intents decided", timeout_s=60 + count * 0.1)
+    intents = audited.intents("mix-")
     codes = Counter(i["status"]["code"] for i in intents.values())
     assert set(codes) == {"EXECUTED", "DENY_ARGUMENTS", "DENY_UNKNOWN_ACTION", "DENY_SCOPE"}, codes
     records = decided(audited.records())
@@ -144,8 +156,9 @@ def test_every_intent_has_exactly_one_decision_record_that_says_what_the_intent_
         assert (data.get("before"), data.get("after")) == (status.get("before"), status.get("after")), name
         assert data["requester"] == intent["spec"]["requester"] and data["params"] == intent["spec"].get("params")
         assert found[0].subject == f"{ns}/{name}"
-    assert set(records) == {i["metadata"]["uid"] for i in intents.values()}
-    executed = [r for rs in records.values() for r in rs if r.data["code"] == "EXECUTED"]
+    mine = {uid for uid, found in records.items() if found[0].subject.startswith(f"{ns}/mix-")}
+    assert mine == {i["metadata"]["uid"] for i in intents.values()}
+    executed = [r for uid in mine for r in records[uid] if r.data["code"] == "EXECUTED"]
     sent = {r.data["commandId"] for r in audited.records() if r.kind == "command.sent"}
     acked = {r.data["commandId"] for r in audited.records() if r.kind == "ack.received"}
     assert all(r.data["commandId"] in sent and r.data["commandId"] in acked for r in executed)
@@ -155,14 +168,13 @@ def test_every_intent_has_exactly_one_decision_record_that_says_what_the_intent_
 def test_a_controller_killed_mid_burst_keeps_every_decision_a_client_saw_and_decides_none_twice(
         audited: Audited) -> None:
     ns = audited.namespace
-    asks = mixed(120, f"system:serviceaccount:{ns}:operator", f"system:serviceaccount:{ns}:stranger")
+    asks = mixed("burst-", 120, f"system:serviceaccount:{ns}:operator", f"system:serviceaccount:{ns}:stranger")
     seen: dict[str, tuple[str, str]] = {}  # uid -> (code, message), as a client watching saw them
     stop = threading.Event()
 
     def watch() -> None:
-        objects = kubernetes.client.CustomObjectsApi(audited.admin)
         while not stop.is_set():
-            for item in objects.list_namespaced_custom_object(GROUP, VERSION, ns, "intents")["items"]:
+            for item in audited.intents("burst-").values():
                 status = item.get("status") or {}
                 if status.get("phase") in FINAL_PHASES:
                     seen.setdefault(item["metadata"]["uid"], (status["code"], status["message"]))
@@ -175,11 +187,13 @@ def test_a_controller_killed_mid_burst_keeps_every_decision_a_client_saw_and_dec
     audited.controller.kill()
     at_kill = dict(seen)
     submitter.join(60)
-    undecided = [i for i in audited.intents().values() if (i.get("status") or {}).get("phase") not in FINAL_PHASES]
+    undecided = [i for i in audited.intents("burst-").values()
+                 if (i.get("status") or {}).get("phase") not in FINAL_PHASES]
     assert undecided, "the burst was over before the kill: nothing was in flight"
     audited.controller.start()
-    wait_for(lambda: all((i.get("status") or {}).get("phase") in FINAL_PHASES for i in audited.intents().values()),
-             "every Intent decided after the restart", timeout_s=120)
+    wait_for(lambda: len(audited.intents("burst-")) == len(asks) and all(
+        (i.get("status") or {}).get("phase") in FINAL_PHASES for i in audited.intents("burst-").values()),
+        "every Intent decided after the restart", timeout_s=120)
     stop.set()
     watcher.join(10)
     records = audited.records()
@@ -187,10 +201,11 @@ def test_a_controller_killed_mid_burst_keeps_every_decision_a_client_saw_and_dec
     for uid, (code, message) in at_kill.items():
         assert uid in by_uid, f"a decision a client saw ({code}) is not in the log"
         assert (by_uid[uid][0].data["code"], by_uid[uid][0].data["message"]) == (code, message)
-    intents = audited.intents()
+    intents = audited.intents("burst-")
     assert all(len(by_uid.get(i["metadata"]["uid"], [])) == 1 for i in intents.values()), \
         Counter(len(by_uid.get(i["metadata"]["uid"], [])) for i in intents.values())
-    executing = Counter(r.uid for r in records if r.kind == "intent.executing")
+    uids = {i["metadata"]["uid"] for i in intents.values()}
+    executing = Counter(r.uid for r in records if r.kind == "intent.executing" and r.uid in uids)
     assert max(executing.values()) == 1, "an Intent was decided to execute twice"
     assert "OK:" in audited.verify()  # one chain across the kill and the restart
 
@@ -199,8 +214,9 @@ def test_a_decision_on_disk_but_not_yet_in_status_is_restored_not_made_again(aud
     """The window a kill -9 can hit: the record fsynced, the status write not made. Here it is made on
     purpose: with the controller stopped, its own key records a decision the pipeline would never make."""
     ns = audited.namespace
+    power = hardware(audited, "lamp-a").get("power")
     audited.controller.stop()
-    spec = {"device": "lamp-a", "actuator": "power", "action": "set_state", "params": {"value": True},
+    spec = {"device": "lamp-a", "actuator": "power", "action": "set_state", "params": {"value": not power},
             "reason": "audit test", "requester": f"system:serviceaccount:{ns}:operator"}
     submitted = submit(audited.operator, ns, "restore-me", spec)
     assert submitted.code == "CREATED"
@@ -223,14 +239,15 @@ def test_a_decision_on_disk_but_not_yet_in_status_is_restored_not_made_again(aud
     assert (status()["code"], status()["message"]) == ("DENY_INTERLOCK", message)
     uid = created["metadata"]["uid"]
     assert [r.kind for r in audited.records() if r.uid == uid] == ["intent.decided"]  # not judged again
-    assert hardware(audited, "lamp-a").get("power") is not True
+    assert hardware(audited, "lamp-a").get("power") == power
 
 
 def test_a_log_that_cannot_be_written_stops_new_decisions_but_not_the_devices(audited: Audited) -> None:
     ns = audited.namespace
     pid = audited.controller.pid
     operator = f"system:serviceaccount:{ns}:operator"
-    spec = {"device": "lamp-a", "actuator": "power", "action": "set_state", "params": {"value": True},
+    power = hardware(audited, "lamp-a").get("power")
+    spec = {"device": "lamp-a", "actuator": "power", "action": "set_state", "params": {"value": not power},
             "reason": "audit test", "requester": operator}
     # The file size limit of the controller process itself, at the log's current size: root ignores file
     # permissions, not this. Its own output goes to a file too, so its log lines of the outage are lost.
@@ -253,7 +270,7 @@ def test_a_log_that_cannot_be_written_stops_new_decisions_but_not_the_devices(au
         wait_for(lambda: hardware(audited, "lamp-b").get("brightness") == 37, "lamp-b driven to 37", timeout_s=30)
         status = objects.get_namespaced_custom_object(GROUP, VERSION, ns, "intents", "while-unwritable")["status"]
         assert status.get("phase") == "Pending" and not status.get("code")
-        assert hardware(audited, "lamp-a").get("power") is not True, "executed while the log could not be written"
+        assert hardware(audited, "lamp-a").get("power") == power, "executed while the log could not be written"
     finally:
         subprocess.run(["prlimit", f"--pid={pid}", "--fsize=unlimited:"], check=True)
     wait_for(lambda: (objects.get_namespaced_custom_object(GROUP, VERSION, ns, "intents", "while-unwritable")
@@ -264,6 +281,8 @@ def test_a_log_that_cannot_be_written_stops_new_decisions_but_not_the_devices(au
     # Nothing skipped: the command that drove lamp-b during the outage is on record too.
     assert any(r.kind == "command.sent" and r.data.get("actuator") == "brightness" and r.data.get("value") == 37
                for r in records)
+    assert [r.kind for r in records if r.subject == f"{ns}/while-unwritable"] == ["intent.executing",
+                                                                                "intent.decided"]
     assert "OK:" in audited.verify()
 
 
@@ -272,7 +291,8 @@ def test_the_audit_endpoint_answers_only_those_rbac_lets_read_it(audited: Audite
     spec = {"device": "lamp-a", "actuator": "power", "action": "set_state", "params": {"value": False},
             "reason": "audit test", "requester": f"system:serviceaccount:{ns}:operator"}
     assert submit(audited.operator, ns, "read-me", spec).code == "CREATED"
-    wait_for(lambda: any(r.kind == "intent.decided" for r in audited.records()), "a decision on record", timeout_s=30)
+    wait_for(lambda: any(r.kind == "intent.decided" and r.subject == f"{ns}/read-me" for r in audited.records()),
+             "its decision on record", timeout_s=30)
     reader = service_account_token(audited.admin, ns, "operator")
     status, body = fetch(controller, "/audit/v1/records", reader)
     assert status == 403 and "may not read the audit log" in body and "'audit'" in body
