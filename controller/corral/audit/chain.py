@@ -65,8 +65,10 @@ def _unsigned(record: AuditRecord) -> bytes:
 
 def seal(record: AuditRecord, key: Ed25519PrivateKey) -> bytes:
     """The record's line (without the newline), signed."""
-    signature = base64.b64encode(key.sign(_unsigned(record))).decode()
-    return canonical(record.model_copy(update={"sig": signature}).model_dump(mode="json"))
+    body = record.model_dump(mode="json")  # once: this is the hot path of every decision
+    body.pop("sig", None)
+    body["sig"] = base64.b64encode(key.sign(canonical(body))).decode()
+    return canonical(body)
 
 
 @dataclass

@@ -44,6 +44,7 @@ MAX_BACKLOG = 10_000
 RETENTION = "audit.retention"  # old files deleted: which, and the seq and hash they ended at
 RECOVERED = "audit.recovered"  # the first record after an outage, naming what failed
 RETRY_S = 1.0
+NOTE_DELAY_S = 0.05  # a noted fact is on disk within this, or sooner with the next append
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -93,7 +94,11 @@ class AuditLog:
         self._writer: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
         self._probe: asyncio.Future[int] | None = None
+        self._soon: asyncio.TimerHandle | None = None
         self._lock: int | None = None
+        self._fd: int | None = None  # the newest file, open for appending (in the writer's thread)
+        self._size = 0
+        self._started: datetime | None = None  # when the newest file's first record was written
         self._file: Path | None = None
         self._listeners: list[Any] = []
 
@@ -141,9 +146,15 @@ class AuditLog:
 
     def note(self, kind: str, subject: str, data: Mapping[str, Any], *, uid: str | None = None,
              trace: str | None = None, at: datetime | None = None) -> None:
-        """Record a fact nobody waits for: written with the next batch, kept and retried while the log
-        cannot be written."""
+        """Record a fact nobody waits for: written with the next append's batch, or within NOTE_DELAY_S;
+        kept and retried while the log cannot be written. (A decision's commands and acks so share its
+        fsync, instead of making it wait behind a write of their own.)"""
         self._pending.append(_Pending(_fact(kind, subject, data, uid, trace, at), None))
+        if self._soon is None and (self._writer is None or self._writer.done()):
+            self._soon = asyncio.get_running_loop().call_later(NOTE_DELAY_S, self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._soon = None
         self._kick()
 
     async def recovered(self) -> bool:
@@ -161,12 +172,16 @@ class AuditLog:
 
     async def flush(self) -> None:
         """Wait until everything appended or noted so far was written (or failed)."""
+        if self._pending:
+            self._kick()
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
     def close(self) -> None:
-        if self._retry is not None:
-            self._retry.cancel()
+        for timer in (self._retry, self._soon):
+            if timer is not None:
+                timer.cancel()
+        self._close_file()
         if self._lock is not None:
             os.close(self._lock)  # and with it the lock
             self._lock = None
@@ -224,16 +239,6 @@ class AuditLog:
         if self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
 
-    def _rotation_due(self, path: Path) -> bool:
-        size = path.stat().st_size
-        if size >= self.max_bytes:
-            return True
-        if self.max_file_age_s is None or size == 0:
-            return False
-        with open(path, "rb") as file:
-            first = AuditRecord.model_validate_json(file.readline())
-        return (datetime.now(UTC) - first.at).total_seconds() > self.max_file_age_s
-
     async def retain(self, max_age_s: float | None, max_total_bytes: int | None) -> list[str]:
         """Delete the oldest closed files last written more than `max_age_s` ago, or while all files together
         exceed `max_total_bytes`; only ever the oldest ones, so what is left is one unbroken chain. Returns
@@ -274,24 +279,50 @@ class AuditLog:
             self._kick()
 
     def _write(self, lines: list[bytes]) -> None:
+        """Append the lines and fsync them, in the writer's thread; the file stays open between batches."""
         assert self._file is not None, "open() the log first"
-        if self._file.exists() and self._rotation_due(self._file):
+        if self._fd is None:
+            self._open_file()
+        if self._rotation_due():
             number = int(self._file.name[len("audit-"):-len(".jsonl")]) + 1
+            self._close_file()
             self._file = self.directory / f"audit-{number:06d}.jsonl"
-        fd = os.open(self._file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._open_file()
+        assert self._fd is not None
+        data = memoryview(b"".join(line + b"\n" for line in lines))
+        written = len(data)
         try:
-            size = os.fstat(fd).st_size
-            data = memoryview(b"".join(line + b"\n" for line in lines))
-            try:
-                while data:
-                    data = data[os.write(fd, data):]
-                os.fsync(fd)
-            except OSError:
-                os.ftruncate(fd, size)  # leave no partial batch behind
-                raise
-            self.fsyncs += 1
-        finally:
-            os.close(fd)
+            while data:
+                data = data[os.write(self._fd, data):]
+            os.fsync(self._fd)
+        except OSError:
+            os.ftruncate(self._fd, self._size)  # leave no partial batch behind
+            raise
+        self._size += written
+        if self._started is None:
+            self._started = datetime.now(UTC)
+        self.fsyncs += 1
+
+    def _open_file(self) -> None:
+        assert self._file is not None
+        self._fd = os.open(self._file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._size = os.fstat(self._fd).st_size
+        self._started = None
+        if self._size:
+            with open(self._file, "rb") as file:
+                self._started = AuditRecord.model_validate_json(file.readline()).at
+
+    def _close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _rotation_due(self) -> bool:
+        if self._size >= self.max_bytes:
+            return True
+        if self.max_file_age_s is None or self._started is None:
+            return False
+        return (datetime.now(UTC) - self._started).total_seconds() > self.max_file_age_s
 
 
 def _fact(kind: str, subject: str, data: Mapping[str, Any], uid: str | None, trace: str | None,

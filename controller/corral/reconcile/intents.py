@@ -422,8 +422,7 @@ class IntentReconciler:
             "paramsHash": status.get("params_hash", previous.get("paramsHash")),
             "approval": previous.get("approval"), "commandId": previous.get("commandId"),
             "approvers": self._approvers(body["metadata"]["namespace"],
-                                         [n for n in (previous.get("approval") or "").split(",") if n])},
-            at=status["decided_at"])
+                                         [n for n in (previous.get("approval") or "").split(",") if n])})
         return await self._announce(await self._write(body, status, "final"), view, code, message)
 
     async def _announce(self, body: Body, view: DeviceView | None, code: DecisionCode, message: str) -> Result:
@@ -442,7 +441,7 @@ class IntentReconciler:
         status = {"phase": phase_of(data["code"]), "code": data["code"], "message": data["message"],
                   "before": data.get("before"), "after": data.get("after"), "risk": data.get("risk"),
                   "level": data.get("level"), "params_hash": data.get("paramsHash"),
-                  "command_id": data.get("commandId"), "decided_at": recorded.at}
+                  "command_id": data.get("commandId"), "decided_at": recorded.at.replace(microsecond=0)}
         log.info("Intent %s: its decision (audit seq %d) is restored from the audit log", _name(body), recorded.seq)
         written = await self._write(body, {k: v for k, v in status.items() if v is not None}, "restored")
         return await self._announce(written, view, data["code"], data["message"])
