@@ -126,3 +126,17 @@ def test_the_decision_index_knows_the_last_word_on_each_intent() -> None:
     assert len(index) == 1
     index.forget("b")
     assert len(index) == 0
+
+
+def test_a_sealed_line_is_exactly_the_form_the_verifier_insists_on() -> None:
+    """The writer builds lines without the model; any drift from the model's own JSON would fail every record."""
+    chain = Chain()
+    whole_second = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    lines = [chain.next("intent.decided", "home/a", whole_second, {"when": whole_second, "n": (1, 2)}, "controller-1", KEY),
+             chain.next("ack.received", "home/b", datetime.now(UTC), {"ok": True, "state": {"x": 1.5}}, "controller-1", KEY,
+                        uid="u-1", trace="0" * 32)]
+    assert verify_lines(lines, TRUSTED).ok
+    with pytest.raises(ValueError, match="timezone-aware"):
+        chain.next("intent.decided", "home/c", datetime(2026, 12, 1), {}, "controller-1", KEY)
+    with pytest.raises(ValueError, match="not a valid audit record"):
+        chain.next("Not A Kind", "home/c", datetime.now(UTC), {}, "controller-1", KEY)

@@ -21,9 +21,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cryptography.exceptions import InvalidSignature
@@ -63,14 +64,6 @@ def _unsigned(record: AuditRecord) -> bytes:
     return canonical(record.model_dump(mode="json", exclude={"sig"}))
 
 
-def seal(record: AuditRecord, key: Ed25519PrivateKey) -> bytes:
-    """The record's line (without the newline), signed."""
-    body = record.model_dump(mode="json")  # once: this is the hot path of every decision
-    body.pop("sig", None)
-    body["sig"] = base64.b64encode(key.sign(canonical(body))).decode()
-    return canonical(body)
-
-
 @dataclass
 class Chain:
     """Where the log stands: the next record's sequence number and `prev`."""
@@ -81,19 +74,35 @@ class Chain:
     def next(self, kind: str, subject: str, at: datetime, data: Mapping[str, Any], key_name: str,
              key: Ed25519PrivateKey, uid: str | None = None, trace: str | None = None) -> bytes:
         """The next record's line, sealed; the chain moves on to it."""
-        return self.seal(self.record(kind, subject, at, data, key_name, uid, trace), key)
+        return self.next_record(kind, subject, at, data, key_name, key, uid, trace)[1]
 
-    def record(self, kind: str, subject: str, at: datetime, data: Mapping[str, Any], key_name: str,
-               uid: str | None = None, trace: str | None = None) -> AuditRecord:
-        """The next record, unsigned: `seal` it next, in the same order."""
-        return AuditRecord(seq=self.seq + 1, at=at, kind=kind, subject=subject, uid=uid, trace=trace,
-                           data=dict(data), prev=self.head, key=key_name)
+    def next_record(self, kind: str, subject: str, at: datetime, data: Mapping[str, Any], key_name: str,
+                    key: Ed25519PrivateKey, uid: str | None = None, trace: str | None = None
+                    ) -> tuple[AuditRecord, bytes]:
+        """The next record and its sealed line; the chain moves on to it.
 
-    def seal(self, record: AuditRecord, key: Ed25519PrivateKey) -> bytes:
-        """The record's line, signed; the chain moves on to it."""
-        line = seal(record, key)
-        self.seq, self.head = record.seq, digest(line)
-        return line
+        The hot path of every decision, so the line is built as the model would dump it (the verifier
+        parses it with the model and insists on exactly this form), without building the model twice."""
+        if not _KIND.match(kind) or len(subject) > 512 or len(uid or "") > 64 or len(trace or "") > 64:
+            raise ValueError(f"not a valid audit record: kind {kind!r}, subject of {len(subject)} characters")
+        body: dict[str, Any] = {
+            "v": 1, "seq": self.seq + 1, "at": _json_time(at), "kind": kind, "subject": subject, "uid": uid,
+            "trace": trace, "data": json.loads(canonical(data)), "prev": self.head, "key": key_name,
+        }
+        body["sig"] = base64.b64encode(key.sign(canonical(body))).decode()
+        line = canonical(body)
+        self.seq, self.head = body["seq"], digest(line)
+        return AuditRecord.model_construct(**{**body, "at": at}), line
+
+
+_KIND = re.compile(r"^[a-z][a-z_.]{0,63}$")
+
+
+def _json_time(at: datetime) -> str:
+    """A UTC time as pydantic writes it in JSON: ISO 8601 with Z."""
+    if at.tzinfo is None:
+        raise ValueError("audit times are timezone-aware (UTC)")
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

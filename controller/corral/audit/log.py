@@ -203,10 +203,11 @@ class AuditLog:
             before = Chain(self.chain.seq, self.chain.head)
             records, lines = [], []
             for p in batch:
-                record = self.chain.record(p.record["kind"], p.record["subject"], p.record["at"], p.record["data"],
-                                           self.key_name, uid=p.record["uid"], trace=p.record["trace"])
+                record, line = self.chain.next_record(p.record["kind"], p.record["subject"], p.record["at"],
+                                                      p.record["data"], self.key_name, self.key,
+                                                      uid=p.record["uid"], trace=p.record["trace"])
                 records.append(record)
-                lines.append(self.chain.seal(record, self.key))
+                lines.append(line)
             try:
                 await asyncio.to_thread(self._write, lines)
             except OSError as err:
