@@ -35,6 +35,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.audit.chain import AuditRecord, Chain, digest
+from corral.audit.keys import public_pem
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class AuditLog:
         self._listeners: list[Any] = []
 
     def open(self) -> None:
-        """Continue the chain where the newest file ends (cutting a torn last line). Blocking: call it at start."""
+        """Continue the chain where the newest file ends (cutting a torn last line), and put the public key
+        beside the files as NAME.pub.pem. Blocking: call it at start."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -112,6 +114,10 @@ class AuditLog:
             os.close(self._lock)
             raise InUse(f"audit log {self.directory} is in use by another process: two writers would fork its "
                         "chain; give each controller (and gateway) a directory of its own") from None
+        # A copy for convenience; a verifier should take it from where the key is kept (corral audit public-key).
+        public = self.directory / f"{self.key_name}.pub.pem"
+        if not public.exists() or public.read_bytes() != public_pem(self.key):
+            public.write_bytes(public_pem(self.key))
         files = log_files(self.directory)
         if not files:
             self._file = self.directory / "audit-000001.jsonl"

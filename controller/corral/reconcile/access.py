@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from corral.reconcile.kube import Kube
 
-Question = tuple[str, tuple[str, ...], str, str, str]  # user, groups, verb, namespace, device
+Question = tuple[str, tuple[str, ...], str, str | None, str | None]  # user, groups, verb, namespace, device
 
 DEFAULT_TTL_S = 10.0
 
@@ -43,7 +43,8 @@ class AccessReviews:
         self._asking: dict[Question, asyncio.Future[bool]] = {}
         self.reviews = 0  # reviews actually sent, for tests and benchmarks
 
-    async def may(self, user: str, verb: str, namespace: str, device: str, groups: list[str] | None = None) -> bool:
+    async def may(self, user: str, verb: str, namespace: str | None, device: str | None,
+                  groups: list[str] | None = None) -> bool:
         question = (user, tuple(groups if groups is not None else implied_groups(user)), verb, namespace, device)
         hit = self._answers.get(question)
         if hit is not None and hit[0] > self._clock():

@@ -21,11 +21,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from corral.api.codes import CONTROLLER_MANAGER
+from corral.audit.component import AuditSettings, assemble
 from corral.audit.decisions import DecisionIndex
 from corral.audit.events import EventRecorder
-from corral.audit.keys import load_private_key, public_pem
-from corral.audit.log import AuditLog, read_records
-from corral.audit.signer import CheckpointSigner, publisher
+from corral.audit.log import read_records
 from corral.client.enroll import DEVICE_ID_LABEL
 from corral.devices.accounts import RESPONSE_TOPIC
 from corral.devices.link import Inbound, MqttLink, TlsFiles
@@ -69,19 +68,12 @@ class Controller:
                              extra_subscriptions=extra, tls=tls)
         self.driver = Driver(self.link, topics, config.command_timeout_s)
         key_file = Path(config.audit_key_file)
-        key = load_private_key(key_file, create=config.audit_create_key)
-        self.audit = AuditLog(Path(config.audit_dir), config.audit_key_name, key, max_bytes=config.audit_max_bytes,
-                              max_file_age_s=config.audit_max_file_age_s)
+        self.audit, self.checkpoints = assemble(AuditSettings(
+            Path(config.audit_dir), key_file, config.audit_key_name, config.audit_create_key, config.audit_checkpoint,
+            config.audit_checkpoint_interval_s, config.audit_max_bytes, config.audit_max_file_age_s,
+            config.audit_retention), kube.api, CONTROLLER_MANAGER)
         self.recorded = DecisionIndex()
         self.audit.on_record(self.recorded.add)
-        publish = None
-        if config.audit_checkpoint:
-            namespace, _, name = config.audit_checkpoint.partition("/")
-            publish = publisher(kube.api, namespace, name, CONTROLLER_MANAGER)
-        self.checkpoints = CheckpointSigner(self.audit, config.audit_checkpoint_interval_s, publish,
-                                            config.audit_retention)
-        # A copy for convenience; a verifier should take it from where the key is kept (corral audit public-key).
-        self._public_key = (Path(config.audit_dir) / f"{config.audit_key_name}.pub.pem", public_pem(key))
         notices = DeviceNotices(recorder, self.devices, self.audit)
         # Capabilities are cluster-scoped: only a controller that sees every Device may say one is unused.
         self.capabilities = Capabilities(kube, recorder, self.devices, config.capability_grace_s,
@@ -109,7 +101,8 @@ class Controller:
             if not cert or not key_pem:
                 made = ensure_serving_certificate(key_file.parent)
                 cert, key_pem = str(made.cert_file), str(made.key_file)
-            self.server = ReadServer(Reviews(kube.api), Path(config.audit_dir), config.serve_port, cert, key_pem)
+            self.server = ReadServer(Reviews(kube.api, self.access), Path(config.audit_dir), config.serve_port, cert,
+                                     key_pem)
 
     async def start(self) -> None:
         namespaces = self.config.watch_namespaces
@@ -166,9 +159,6 @@ class Controller:
         self.audit.open()
         since = datetime.now(UTC) - timedelta(seconds=self.config.audit_lookback_s)
         self.recorded.load(r for r in read_records(self.audit.directory, since) if r.at >= since)
-        path, pem = self._public_key
-        if not path.exists() or path.read_bytes() != pem:
-            path.write_bytes(pem)
 
     def _announced_capabilities(self) -> set[str]:
         return {name for rt in self.fleet.values() for name in (rt.capability, rt.accepted_capability) if name}

@@ -450,13 +450,13 @@ class IntentReconciler:
         return [((self.approvals.get((namespace, name)) or {}).get("spec") or {}).get("approver", "?")
                 for name in approvals]
 
-    async def _record(self, kind: str, body: Body, data: dict[str, Any], at: datetime | None = None) -> None:
+    async def _record(self, kind: str, body: Body, data: dict[str, Any]) -> None:
         """On disk before anything reveals it; Unwritable when it cannot be."""
         meta, spec = body["metadata"], body["spec"]
         facts = {"device": spec["device"], "action": spec["action"], "actuator": spec["actuator"],
                  "params": spec.get("params"), "requester": spec["requester"], "reason": spec.get("reason", ""),
                  "basedOn": spec.get("basedOn") or [], **data}
-        await self.audit.append(kind, _name(body), facts, uid=meta["uid"], trace=tracing.trace_id_of(body), at=at)
+        await self.audit.append(kind, _name(body), facts, uid=meta["uid"], trace=tracing.trace_id_of(body))
 
     async def _wait_for_audit(self, key: Key) -> Result:
         """Undecided while the log cannot be written; the condition says why (written once, not every retry)."""

@@ -51,18 +51,18 @@ class Kube:
         secret = await self.api.request("GET", path_of("", "v1", "secrets", namespace, name))
         return dict(secret.get("data") or {})
 
-    async def may(self, user: str, groups: list[str], verb: str, namespace: str, device: str) -> bool:
-        """SubjectAccessReview: may `user` do `verb` on devices/`device` (group corral.dev) in `namespace`?"""
+    async def may(self, user: str, groups: list[str], verb: str, namespace: str | None, device: str | None) -> bool:
+        """SubjectAccessReview: may `user` do `verb` on devices/`device` (group corral.dev) in `namespace`?
+        None for either: on any device (there), or in every namespace."""
+        attributes = {"group": GROUP, "resource": "devices", "verb": verb}
+        if namespace:
+            attributes["namespace"] = namespace
+        if device:
+            attributes["name"] = device
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user,
-                "groups": groups,
-                "resourceAttributes": {
-                    "group": GROUP, "resource": "devices", "verb": verb, "name": device, "namespace": namespace,
-                },
-            },
+            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
         }
         answer = await self.api.request("POST", path_of("authorization.k8s.io", "v1", "subjectaccessreviews"),
                                         body=review)

@@ -86,7 +86,7 @@ class ReadServer:
     async def _allowed(self, request: web.Request, namespace: str | None) -> web.Response | None:
         caller = request[CALLER]
         try:
-            if await self.reviews.may(caller, AUDIT_VERB, "devices", namespace):
+            if await self.reviews.may(caller, AUDIT_VERB, namespace):
                 return None
         except ApiError as err:
             return _problem(503, f"could not ask the API server what {caller.username} may do: {err.message}")
