@@ -32,9 +32,9 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/version"
-	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 )
 
 func main() {
@@ -115,6 +115,24 @@ func serve(args []string) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--api-audiences=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range=10.96.0.0/16",
+		// The aggregation layer (APIServices): aggregated API servers trust
+		// X-Remote-User/-Group/-Extra-* only from a client certificate that the
+		// front-proxy CA signed for front-proxy-client, the one kube-apiserver
+		// presents when it proxies to them. The flags also land in the
+		// kube-system/extension-apiserver-authentication ConfigMap, where
+		// aggregated servers look them up.
+		"--requestheader-client-ca-file=" + pki.frontProxyCACert,
+		"--requestheader-allowed-names=" + frontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pki.frontProxyClientCert,
+		"--proxy-client-key-file=" + pki.frontProxyClientKey,
+		// No Pods or endpoints exist here: an APIService's Service is resolved
+		// to its cluster IP or, for an ExternalName Service, to
+		// externalName:port, which is how a server on this machine is reached
+		// (ExternalName localhost), as kwok runs aggregated servers.
+		"--enable-aggregator-routing=false",
 	}, passthrough...)
 
 	command := app.NewAPIServerCommand()

@@ -2,8 +2,13 @@ package main
 
 // The local plane's certificates: a CA, a serving certificate for 127.0.0.1
 // signed by it (so kubeconfigs can verify the server instead of skipping TLS
-// checks) and the service-account signing key pair that TokenRequest
-// (`kubectl create token`) needs. Made once per state directory and reused.
+// checks), the service-account signing key pair that TokenRequest
+// (`kubectl create token`) needs, and the aggregation layer's front proxy: a
+// CA of its own and the client certificate (CN front-proxy-client) that
+// kube-apiserver presents to aggregated API servers, which trust that CA
+// (`--requestheader-client-ca-file`) and nothing else for X-Remote-* headers.
+// Made once per state directory and reused; a state directory made before the
+// front proxy existed gets its front-proxy files added, the rest kept.
 
 import (
 	"crypto/ecdsa"
@@ -20,104 +25,166 @@ import (
 	"time"
 )
 
+// frontProxyClientName is the common name of the front-proxy client
+// certificate, and so the one name `--requestheader-allowed-names` admits.
+const frontProxyClientName = "front-proxy-client"
+
 type pkiFiles struct {
-	caCert, caKey           string
-	servingCert, servingKey string
-	saPrivate, saPublic     string
+	caCert, caKey                             string
+	servingCert, servingKey                   string
+	saPrivate, saPublic                       string
+	frontProxyCACert, frontProxyCAKey         string
+	frontProxyClientCert, frontProxyClientKey string
 }
 
 func ensurePKI(dir string) (pkiFiles, error) {
 	f := pkiFiles{
-		caCert:      filepath.Join(dir, "ca.crt"),
-		caKey:       filepath.Join(dir, "ca.key"),
-		servingCert: filepath.Join(dir, "serving.crt"),
-		servingKey:  filepath.Join(dir, "serving.key"),
-		saPrivate:   filepath.Join(dir, "sa.key"),
-		saPublic:    filepath.Join(dir, "sa.pub"),
-	}
-	if allExist(f.caCert, f.caKey, f.servingCert, f.servingKey, f.saPrivate, f.saPublic) {
-		return f, nil
+		caCert:               filepath.Join(dir, "ca.crt"),
+		caKey:                filepath.Join(dir, "ca.key"),
+		servingCert:          filepath.Join(dir, "serving.crt"),
+		servingKey:           filepath.Join(dir, "serving.key"),
+		saPrivate:            filepath.Join(dir, "sa.key"),
+		saPublic:             filepath.Join(dir, "sa.pub"),
+		frontProxyCACert:     filepath.Join(dir, "front-proxy-ca.crt"),
+		frontProxyCAKey:      filepath.Join(dir, "front-proxy-ca.key"),
+		frontProxyClientCert: filepath.Join(dir, "front-proxy-client.crt"),
+		frontProxyClientKey:  filepath.Join(dir, "front-proxy-client.key"),
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return f, err
 	}
+	if !allExist(f.caCert, f.caKey, f.servingCert, f.servingKey, f.saPrivate, f.saPublic) {
+		if err := makeClusterPKI(f); err != nil {
+			return f, err
+		}
+	}
+	if !allExist(f.frontProxyCACert, f.frontProxyCAKey, f.frontProxyClientCert, f.frontProxyClientKey) {
+		if err := makeFrontProxyPKI(f); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
 
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// makeClusterPKI writes the cluster CA, the API server's serving certificate
+// and the service-account key pair.
+func makeClusterPKI(f pkiFiles) error {
+	ca, caKey, err := newCA("corral-dev-ca")
 	if err != nil {
-		return f, err
+		return err
+	}
+	servingDER, servingKey, err := issue(ca, caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")},
+		DNSNames: []string{
+			"localhost", "kubernetes", "kubernetes.default",
+			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	saPublicDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+
+	if err := writeCert(f.caCert, ca.Raw); err != nil {
+		return err
+	}
+	if err := writeCert(f.servingCert, servingDER); err != nil {
+		return err
+	}
+	if err := writePEM(f.saPublic, "PUBLIC KEY", saPublicDER); err != nil {
+		return err
+	}
+	for path, key := range map[string]*ecdsa.PrivateKey{f.caKey: caKey, f.servingKey: servingKey, f.saPrivate: saKey} {
+		if err := writeKey(path, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeFrontProxyPKI writes the front-proxy CA and the client certificate the
+// aggregator authenticates with to aggregated API servers. It is a CA of its
+// own, apart from the cluster CA: a certificate the cluster CA signs for a
+// user must never be able to assert another user's identity in X-Remote-User.
+func makeFrontProxyPKI(f pkiFiles) error {
+	ca, caKey, err := newCA("corral-dev-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	clientDER, clientKey, err := issue(ca, caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: frontProxyClientName},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeCert(f.frontProxyCACert, ca.Raw); err != nil {
+		return err
+	}
+	if err := writeCert(f.frontProxyClientCert, clientDER); err != nil {
+		return err
+	}
+	if err := writeKey(f.frontProxyCAKey, caKey); err != nil {
+		return err
+	}
+	return writeKey(f.frontProxyClientKey, clientKey)
+}
+
+// newCA makes a self-signed CA certificate valid for ten years.
+func newCA(commonName string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
 	}
 	now := time.Now()
-	caTemplate := &x509.Certificate{
+	template := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "corral-dev-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
 	if err != nil {
-		return f, err
+		return nil, nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return f, err
+		return nil, nil, err
 	}
+	return cert, key, nil
+}
 
-	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// issue signs a certificate made from template (its subject, usages and
+// names) with a new key, valid for ten years; it returns the DER and the key.
+func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, template *x509.Certificate) ([]byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return f, err
+		return nil, nil, err
 	}
-	servingTemplate := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(10, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")},
-		DNSNames: []string{
-			"localhost", "kubernetes", "kubernetes.default",
-			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-		},
-	}
-	servingDER, err := x509.CreateCertificate(rand.Reader, servingTemplate, caCert, &servingKey.PublicKey, caKey)
+	now := time.Now()
+	template.SerialNumber = serial()
+	template.NotBefore = now.Add(-time.Hour)
+	template.NotAfter = now.AddDate(10, 0, 0)
+	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return f, err
+		return nil, nil, err
 	}
-
-	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return f, err
-	}
-	saPublicDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return f, err
-	}
-
-	for _, w := range []struct {
-		path, kind string
-		der        []byte
-	}{
-		{f.caCert, "CERTIFICATE", caDER},
-		{f.servingCert, "CERTIFICATE", servingDER},
-		{f.saPublic, "PUBLIC KEY", saPublicDER},
-	} {
-		if err := writePEM(w.path, w.kind, w.der); err != nil {
-			return f, err
-		}
-	}
-	for path, key := range map[string]*ecdsa.PrivateKey{f.caKey: caKey, f.servingKey: servingKey, f.saPrivate: saKey} {
-		der, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return f, err
-		}
-		if err := writePEM(path, "EC PRIVATE KEY", der); err != nil {
-			return f, err
-		}
-	}
-	return f, nil
+	return der, key, nil
 }
 
 func serial() *big.Int {
@@ -126,6 +193,18 @@ func serial() *big.Int {
 		panic(fmt.Sprintf("reading random serial: %v", err))
 	}
 	return n
+}
+
+func writeCert(path string, der []byte) error {
+	return writePEM(path, "CERTIFICATE", der)
+}
+
+func writeKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return writePEM(path, "EC PRIVATE KEY", der)
 }
 
 func writePEM(path, kind string, der []byte) error {

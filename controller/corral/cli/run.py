@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -21,6 +22,10 @@ from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
 from corral.reconcile.intents import IntentSettings
+from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
+
+# Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
+AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 
 
 @click.command()
@@ -93,6 +98,18 @@ from corral.reconcile.intents import IntentSettings
 @click.option("--serve-cert", type=click.Path(dir_okay=False, exists=True),
               help="Its certificate (PEM); without one, a certificate for localhost is made beside --audit-key.")
 @click.option("--serve-key", type=click.Path(dir_okay=False, exists=True), help="The key of --serve-cert.")
+@click.option("--requestheader-client-ca-file", type=click.Path(dir_okay=False, exists=True),
+              help="The aggregation layer's requestheader CA (kube-apiserver's flag of that name): a request through "
+                   "the readings APIService names its caller in X-Remote-User/X-Remote-Group, believed only over a "
+                   "client certificate this CA signed. Without it (or --requestheader-from-cluster) such headers are "
+                   "refused.")
+@click.option("--requestheader-allowed-names", default=FRONT_PROXY_CLIENT, show_default=True, metavar="NAMES",
+              help="Common names that certificate may have (comma-separated; empty: any the CA signed). With "
+                   "--requestheader-from-cluster, the cluster's own list is used instead.")
+@click.option("--requestheader-from-cluster", is_flag=True,
+              help="Read the requestheader CA, allowed names and headers at start from the ConfigMap "
+                   f"{AUTH_CONFIGMAP[0]}/{AUTH_CONFIGMAP[1]}, where kube-apiserver publishes them (needs the Role "
+                   "extension-apiserver-authentication-reader there; the chart binds it).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
@@ -129,6 +146,9 @@ def run(
     serve_port: int,
     serve_cert: str | None,
     serve_key: str | None,
+    requestheader_client_ca_file: str | None,
+    requestheader_allowed_names: str,
+    requestheader_from_cluster: bool,
     verbose: bool,
 ) -> None:
     """Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."""
@@ -140,6 +160,9 @@ def run(
         raise click.UsageError("--mqtt-cert needs --mqtt-key")
     if require_signatures and not signing_keys:
         raise click.UsageError("--require-signatures needs --signing-keys NAMESPACE/SECRET with the trusted keys")
+    if requestheader_from_cluster and requestheader_client_ca_file:
+        raise click.UsageError("--requestheader-from-cluster reads the requestheader CA from the cluster; "
+                               "leave out --requestheader-client-ca-file")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
@@ -172,6 +195,7 @@ def run(
         serve_port=serve_port,
         serve_cert_file=serve_cert,
         serve_key_file=serve_key,
+        front_proxy=_front_proxy(requestheader_client_ca_file, requestheader_allowed_names, requestheader_from_cluster),
     )
     if bool(serve_cert) != bool(serve_key):
         raise click.UsageError("--serve-cert and --serve-key go together")
@@ -209,6 +233,50 @@ def _parse_deadbands(pairs: tuple[str, ...]) -> dict[str, float]:
         if not metric.strip() or parsed[metric.strip()] < 0:
             raise click.BadParameter(f"{pair!r} needs a metric name and a non-negative number", param_hint="--deadband")
     return parsed
+
+
+def _front_proxy(ca_file: str | None, allowed_names: str, from_cluster: bool) -> FrontProxy | None:
+    """Whose client certificate vouches for callers through the aggregation layer: the CA file given, or what
+    kube-apiserver publishes in kube-system/extension-apiserver-authentication (read once, at start)."""
+    names = [n.strip() for n in allowed_names.split(",") if n.strip()]
+    if ca_file:
+        try:
+            return FrontProxy(ca_file, names)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--requestheader-client-ca-file") from None
+    if not from_cluster:
+        return None
+    namespace, name = AUTH_CONFIGMAP
+    try:
+        data = kubernetes.client.CoreV1Api().read_namespaced_config_map(name, namespace).data or {}
+    except kubernetes.client.ApiException as err:
+        raise click.ClickException(
+            f"--requestheader-from-cluster: could not read the ConfigMap {namespace}/{name}: {err.status} {err.reason} "
+            f"(the controller needs the Role extension-apiserver-authentication-reader in {namespace})") from None
+    ca_pem = data.get("requestheader-client-ca-file")
+    if not ca_pem:
+        logging.getLogger(__name__).warning(
+            "%s/%s has no requestheader-client-ca-file: the API server runs no aggregation layer, so requests "
+            "naming their caller in X-Remote-* headers are refused; direct callers still use bearer tokens",
+            namespace, name)
+        return None
+    try:
+        return FrontProxy(ca_pem.encode(), _json_list(data, "requestheader-allowed-names"),
+                          username_headers=_json_list(data, "requestheader-username-headers") or USERNAME_HEADERS,
+                          group_headers=_json_list(data, "requestheader-group-headers") or GROUP_HEADERS)
+    except ValueError as err:
+        raise click.ClickException(f"--requestheader-from-cluster: {namespace}/{name}: {err}") from None
+
+
+def _json_list(data: dict[str, str], key: str) -> list[str]:
+    """A ConfigMap entry kube-apiserver writes as a JSON list of strings (missing: empty)."""
+    try:
+        value = json.loads(data.get(key) or "[]")
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key} is not a JSON list of strings: {data.get(key)!r}")
+    return value
 
 
 def _load_kube_config() -> None:

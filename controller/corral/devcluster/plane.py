@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from corral.api.codes import GATEWAY_AUDIENCE
 from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.kubebinary import KubeBinary, ensure_binary, expected_binary
@@ -70,6 +71,10 @@ class Plane:
     mqtt_ca_file: Path = Path()
     broker_passwords: dict[str, str] = field(default_factory=dict)  # controller, admin
     audit_log: Path = Path()  # kube-apiserver's own audit log (JSON lines): every write to group corral.dev
+    # The aggregation layer's requestheader CA (--requestheader-client-ca-file): it signed the front-proxy client
+    # certificate (CN front-proxy-client) kube-apiserver presents to an APIService's server, which trusts
+    # X-Remote-User/-Group only over that certificate (`corral run --requestheader-client-ca-file`).
+    front_proxy_ca: Path = Path()
 
     @property
     def mqtt_port(self) -> int:
@@ -122,6 +127,10 @@ class DevPlane:
     @property
     def _ca_file(self) -> Path:
         return self._kube_dir / "pki" / "ca.crt"
+
+    @property
+    def _front_proxy_ca_file(self) -> Path:
+        return self._kube_dir / "pki" / "front-proxy-ca.crt"
 
     @property
     def audit_policy_path(self) -> Path:
@@ -196,6 +205,9 @@ class DevPlane:
             "--authorization-mode=RBAC",
             f"--token-auth-file={self.state_dir / 'tokens.csv'}",
             "--profiling=false",
+            # Tokens for the MCP gateway carry its audience; the API server accepts them too. Added to the one
+            # corral-kube passes (the kubernetes.default.svc issuer), which stays the first and the default.
+            f"--api-audiences={GATEWAY_AUDIENCE}",
             # Kubernetes' own audit (files.kube_audit_policy): who wrote which corral.dev object, with bodies.
             f"--audit-policy-file={self.audit_policy_path}",
             f"--audit-log-path={self.audit_log_path}",
@@ -331,6 +343,7 @@ class DevPlane:
             mqtt_ca_file=self._broker_dir / "tls" / "ca.crt",
             broker_passwords=dict(state.get("broker") or {}),
             audit_log=self.audit_log_path,
+            front_proxy_ca=self._front_proxy_ca_file,
         )
 
     def _wait_for_apiserver(self, state: dict, plane: Plane) -> None:

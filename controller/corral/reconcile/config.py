@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
 from corral.devices.telemetry import Coalescing
+from corral.serving.frontproxy import FrontProxy
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,6 @@ class ControllerConfig:
     serve_port: int = 8443
     serve_cert_file: str | None = None
     serve_key_file: str | None = None
+    # The aggregation layer's front proxy (its requestheader CA and allowed names), whose client certificate
+    # vouches for the caller of the readings APIService; None: X-Remote-* headers are refused.
+    front_proxy: FrontProxy | None = None
