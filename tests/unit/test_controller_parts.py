@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from corral.contract.model import Sensor
 from corral.devices.commands import CommandTimeout, CommandTracker
 from corral.devices.messages import Ack, Sample
-from corral.devices.telemetry import Coalescing, EarlyWrites, SensorBuffer
+from corral.devices.telemetry import MAX_METRICS, Coalescing, EarlyWrites, SensorBuffer
 from corral.reconcile import conditions
 from corral.reconcile.targets import owned_target as _owned_target
 from corral.reconcile.workqueue import WorkQueue
@@ -38,10 +38,27 @@ def test_per_metric_deadbands_override_the_range_fraction() -> None:
 
 def test_sensor_buffer_is_bounded_and_keeps_the_newest_value() -> None:
     buffer = SensorBuffer(capacity=3)
-    for ts in (5, 1, 6, 7, 8):
-        buffer.add(Sample(metric="t", value=float(ts), ts=ts))
-    assert [s.ts for s in buffer.samples] == [6, 7, 8]
-    assert buffer.latest["t"].ts == 8
+    for received, ts in enumerate((5, 1, 6, 7, 8)):
+        buffer.add(Sample(metric="t", value=float(ts), ts=ts), received_ms=1000.0 + received)
+    assert [r.ts for r in buffer.rings["t"].since(0)] == [6, 7, 8]
+    assert buffer.latest["t"].ts == 8 and buffer.latest["t"].received_ms == 1004.0
+    assert [r.ts for r in buffer.rings["t"].since(1003.0)] == [7, 8]
+    assert buffer.rings["t"].first_with_ts(1) is None  # pushed out
+
+
+def test_sensor_buffer_dates_a_resent_sample_by_its_first_arrival() -> None:
+    buffer = SensorBuffer(capacity=8)
+    buffer.add(Sample(metric="t", value=1.0, ts=100), received_ms=5000.0)
+    buffer.add(Sample(metric="t", value=1.0, ts=100), received_ms=9000.0)  # replayed later
+    found = buffer.rings["t"].first_with_ts(100)
+    assert found is not None and found.received_ms == 5000.0
+
+
+def test_sensor_buffer_keeps_no_more_metrics_than_its_limit() -> None:
+    buffer = SensorBuffer(capacity=2)
+    for n in range(MAX_METRICS + 5):
+        buffer.add(Sample(metric=f"m{n}", value=n, ts=n), received_ms=float(n))
+    assert len(buffer.rings) == MAX_METRICS and "m40" not in buffer.latest
 
 
 def test_work_queue_deduplicates_and_requeues_keys_changed_while_active() -> None:

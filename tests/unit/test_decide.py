@@ -15,19 +15,22 @@ from corral.decide.decision import (
     PIPELINE,
     RECHECKED,
     DeviceFacts,
+    Evidence,
     Guards,
     IntentFacts,
     InterlockVerdict,
     Lease,
     Observation,
     Policy,
+    Received,
     decide,
     recheck,
 )
 from corral.decide.idempotency import compare, params_hash
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
-NOW_MS = NOW.timestamp() * 1000
+NOW_MS = int(NOW.timestamp() * 1000)
+STARTED = NOW - timedelta(minutes=10)
 CONTRACT = Contract.model_validate(
     {
         "device_id": "front-lock",
@@ -61,9 +64,21 @@ def approval(**changes: object) -> ApprovalView:
     return replace(base, **changes)
 
 
+def received(*samples: tuple[int, float], device_id: str = "front-lock", metric: str = "temperature") -> Evidence:
+    """Buffers holding these (device ts, controller receive time in ms) samples, the last one the freshest."""
+    cited = {(device_id, metric, ts): Received(ts, at, 21.5) for ts, at in samples}
+    freshest = {(device_id, metric): Received(*samples[-1], 21.5)} if samples else {}
+    return Evidence(cited, freshest, since=STARTED)
+
+
+# A sample the device stamped 137 ms before it arrived (device clocks drift), received 0.5 s ago.
+SAMPLE_TS = NOW_MS - 637
+FRESH = received((SAMPLE_TS, NOW_MS - 500))
+
+
 def run(i: IntentFacts, device: DeviceFacts = DEVICE, may: bool = True, approvals: list[ApprovalView] | None = None,
-        policy: Policy | None = None):
-    return decide(i, device, may, approvals or [], HASH, NOW, policy or Policy())
+        policy: Policy | None = None, evidence: Evidence = FRESH):
+    return decide(i, device, may, approvals or [], HASH, NOW, policy or Policy(), evidence=evidence)
 
 
 def test_a_valid_low_risk_write_executes_without_approval() -> None:
@@ -81,10 +96,13 @@ def test_a_valid_low_risk_write_executes_without_approval() -> None:
         (dict(i=intent(action="set_mode")), "DENY_UNKNOWN_ACTION", "is set with set_state, not set_mode"),
         (dict(i=intent(value="on")), "DENY_ARGUMENTS", "takes true or false; got 'on'"),
         (dict(may=False), "DENY_SCOPE", "agent may not write device front-lock"),
-        (dict(i=intent(based_on=(Observation("temperature", NOW_MS - 5000),))), "DENY_SENSOR", "is 5.0 s old"),
-        (dict(i=intent(based_on=(Observation("temperature", NOW_MS + 60_000),))), "DENY_SENSOR", "from the future"),
-        (dict(i=intent(based_on=(Observation("temperature", float("nan")),))), "DENY_SENSOR", "no valid timestamp"),
-        (dict(i=intent(based_on=(Observation("pressure", NOW_MS),))), "DENY_SENSOR", "no sensor 'pressure'"),
+        (dict(i=intent(based_on=(Observation("temperature", SAMPLE_TS),)), evidence=received((SAMPLE_TS, NOW_MS - 5000))),
+         "DENY_SENSOR", "was received 5.0 s ago"),
+        (dict(i=intent(based_on=(Observation("temperature", NOW_MS - 137),))), "DENY_SENSOR",
+         f"at ts={NOW_MS - 137} is not a sample the controller received. The freshest sample the controller has is "
+         f"ts={SAMPLE_TS} (value 21.5, received 0.5 s ago)"),
+        (dict(i=intent(based_on=(Observation("temperature", 1.5),))), "DENY_SENSOR", "no valid timestamp"),
+        (dict(i=intent(based_on=(Observation("pressure", SAMPLE_TS),))), "DENY_SENSOR", "no sensor 'pressure'"),
         (dict(device=replace(DEVICE, online=False)), "DEVICE_GONE", "is offline; nothing was sent"),
     ],
 )
@@ -187,15 +205,17 @@ def test_every_input_gets_exactly_one_outcome_and_only_safe_ones_execute(
     actuator: str, action: str, value: object, may: bool, online: bool | None, age_ms: float | None,
     with_approval: bool,
 ) -> None:
-    based_on = () if age_ms is None else (Observation("temperature", NOW_MS - age_ms),)
+    based_on = () if age_ms is None else (Observation("temperature", SAMPLE_TS),)
+    evidence = received((SAMPLE_TS, NOW_MS - (age_ms or 0)))
     decision = run(intent(actuator=actuator, action=action, value=value, based_on=based_on),
-                   replace(DEVICE, online=online), may=may, approvals=[approval()] if with_approval else [])
+                   replace(DEVICE, online=online), may=may, approvals=[approval()] if with_approval else [],
+                   evidence=evidence)
     assert (decision.outcome == "final") == (decision.code is not None)
     assert decision.message
     if decision.outcome == "execute":
         target = CONTRACT.actuator(actuator)
         assert target is not None and target.action == action and may and online
-        assert age_ms is None or -1000 <= age_ms <= 2000
+        assert age_ms is None or age_ms <= 2000
         assert target.risk == "low" or with_approval
 
 
@@ -268,3 +288,32 @@ def test_what_can_change_while_a_request_waits_is_checked_again_before_it_runs()
     assert recheck(approved, replace(DEVICE, contract=None), True, NOW).code == "DEVICE_GONE"
     stale = replace(approved, based_on=(Observation("temperature", NOW_MS - 60_000),))
     assert recheck(stale, DEVICE, True, NOW) is None, "readings were judged when it was decided"
+
+
+def test_a_cited_reading_is_judged_by_when_the_controller_received_that_very_sample() -> None:
+    cite = intent(based_on=(Observation("temperature", SAMPLE_TS),))
+    # The freshness window is measured with the controller's clock, whatever the device's ts says.
+    assert run(cite, evidence=received((SAMPLE_TS, NOW_MS - 2000))).outcome == "execute", "just inside"
+    outside = run(cite, evidence=received((SAMPLE_TS, NOW_MS - 2001)))
+    assert outside.code == "DENY_SENSOR" and "received 2.0 s ago" in outside.message, "just outside"
+    skewed = intent(based_on=(Observation("temperature", NOW_MS - 3_600_000),))  # a device clock an hour behind
+    assert run(skewed, evidence=received((NOW_MS - 3_600_000, NOW_MS - 300))).outcome == "execute"
+
+
+def test_a_ts_that_never_arrived_is_refused_naming_the_freshest_sample_instead() -> None:
+    newest = NOW_MS - 900
+    invented = intent(based_on=(Observation("temperature", NOW_MS - 137),))
+    decision = run(invented, evidence=received((NOW_MS - 5000, NOW_MS - 4000), (newest, NOW_MS - 800)))
+    assert decision.code == "DENY_SENSOR"
+    assert f"ts={NOW_MS - 137} is not a sample the controller received" in decision.message
+    assert f"freshest sample the controller has is ts={newest} (value 21.5, received 0.8 s ago)" in decision.message
+    other = intent(based_on=(Observation("temperature", SAMPLE_TS, device_id="hall-sensor"),))
+    assert run(other).code == "DENY_SENSOR", "a sample of one device is no evidence about another"
+
+
+def test_after_a_restart_the_empty_buffers_deny_and_say_why() -> None:
+    decision = run(intent(based_on=(Observation("temperature", SAMPLE_TS),)), evidence=received())
+    assert decision.code == "DENY_SENSOR"
+    assert f"No sample of front-lock/temperature has arrived since the controller started at {STARTED:%H:%M:%S} UTC" \
+        in decision.message
+    assert "a restarted controller has none until the device sends again" in decision.message

@@ -7,9 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from corral.api.device import DeviceStatus
 from corral.contract.model import Contract, Sensor
-from corral.devices.messages import Sample
 from corral.devices.plan import PinnedCommand, plan
-from corral.devices.telemetry import Coalescing
+from corral.devices.telemetry import Coalescing, Reading
 from corral.reconcile.cache import DeviceCache, ObjectCache
 from corral.reconcile.runtime import StatusMemory
 from corral.reconcile.status import (
@@ -96,7 +95,7 @@ def test_nothing_is_written_when_nothing_changed_and_last_seen_alone_only_when_d
 
 
 def test_a_status_on_record_round_trips_through_its_serialized_form() -> None:
-    readings = sensor_readings({"temperature": Sample(metric="temperature", value=21.5, ts=1764583200123)},
+    readings = sensor_readings({"temperature": Reading("temperature", 21.5, 1764583200123, 0.0)},
                                {"temperature": TEMP})
     status = device_status(observed(sensors=readings), None, T0)
     wire = serialize(status)
@@ -117,15 +116,15 @@ def test_waiting_for_a_device_keeps_what_was_known() -> None:
 def test_sensor_readings_are_coalesced_a_small_change_waits_for_the_interval() -> None:
     rule = Coalescing(interval_s=10, min_gap_s=2)
     memory, sensors = StatusMemory(), {"temperature": TEMP}
-    latest = {"temperature": Sample(metric="temperature", value=21.0, ts=1)}
+    latest = {"temperature": Reading("temperature", 21.0, 1, 0.0)}
     assert sensors_due(memory, latest, sensors, rule, now=100.0), "the first reading is written"
     written = device_status(observed(sensors=sensor_readings(latest, sensors)), None, T0)
     remember_write(memory, written, None, rule, now=100.0)
     assert not sensors_due(memory, latest, sensors, rule, now=200.0), "nothing changed: never"
-    nudged = {"temperature": Sample(metric="temperature", value=21.4, ts=2)}
+    nudged = {"temperature": Reading("temperature", 21.4, 2, 0.0)}
     assert not sensors_due(memory, nudged, sensors, rule, now=103.0), "within the deadband: wait"
     assert sensors_due(memory, nudged, sensors, rule, now=110.5), "the interval passed"
-    jumped = {"temperature": Sample(metric="temperature", value=30.0, ts=3)}
+    jumped = {"temperature": Reading("temperature", 30.0, 3, 0.0)}
     assert not sensors_due(memory, jumped, sensors, rule, now=101.0), "beyond the deadband, but within the minimum gap"
     assert sensors_due(memory, jumped, sensors, rule, now=102.5)
 

@@ -72,6 +72,13 @@ def _kube(kubeconfig: str | None, context: str | None) -> kubernetes.client.ApiC
         raise click.ClickException(f"cannot use the kubeconfig: {err} (set KUBECONFIG or --kubeconfig)") from None
 
 
+def bearer_of(configuration: kubernetes.client.Configuration) -> str | None:
+    """The bearer token a kubeconfig's user sends, if it sends one (not a client certificate)."""
+    keys = configuration.api_key or {}
+    bearer = str(keys.get("authorization") or keys.get("BearerToken") or "").removeprefix("Bearer ").strip()
+    return bearer or None
+
+
 class Source:
     """Where the log is read from: a directory, or the controller's server with a Kubernetes token."""
 
@@ -85,12 +92,11 @@ class Source:
     def token(self) -> str:
         if self._token:
             return self._token
-        configuration = _kube(self._kubeconfig, self._context).configuration
-        bearer = (configuration.api_key or {}).get("authorization") or configuration.api_key.get("BearerToken") or ""
+        bearer = bearer_of(_kube(self._kubeconfig, self._context).configuration)
         if not bearer:
             raise click.ClickException("the kubeconfig has no token (a client certificate cannot be passed on): give "
                                        "--token, e.g. one from `kubectl create token`")
-        return str(bearer).removeprefix("Bearer ").strip()
+        return bearer
 
     def get(self, path: str, query: dict[str, str] | None = None) -> bytes:
         assert self.server is not None

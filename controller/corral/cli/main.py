@@ -13,6 +13,7 @@ from corral.cli.dev import dev
 from corral.cli.devices import devices
 from corral.cli.intents import approve, deny, intents
 from corral.cli.mcp import mcp, tools
+from corral.cli.readings import readings
 from corral.cli.run import run
 from corral.cli.sim import sim
 
@@ -33,6 +34,7 @@ cli.add_command(intents)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(mcp)
+cli.add_command(readings)
 cli.add_command(run)
 cli.add_command(sim)
 cli.add_command(tools)

@@ -7,6 +7,9 @@ of checks, `PIPELINE`; the first check that fails decides. The order is pinned f
     device known -> action known -> arguments -> RBAC verb -> agents paused -> contract hold
     -> interlocks -> lease -> cited readings -> approval -> device online
 
+Reads (`read`) and the overlay (`set_alias`, `set_note`, `set_location`) change nothing on the device and
+run shorter pipelines of the same checks. A dry run runs the same checks; the caller only records.
+
 An approval can arrive minutes after the request, so `recheck()` runs the checks whose facts can change
 in the meantime (`RECHECKED`) once more right before anything is executed.
 
@@ -15,14 +18,15 @@ Keeping it pure is what lets every path be unit-tested, property-tested, and rea
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
 from corral.api.codes import DecisionCode
+from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, OVERLAY_VERB
 from corral.contract.model import Actuator, Contract, Risk
+from corral.contract.text import bounded
 from corral.contract.values import InvalidValue, Value, check
 from corral.decide.approvals import ApprovalView, judge_approvals
 
@@ -47,8 +51,31 @@ class Policy:
 @dataclass(frozen=True)
 class Observation:
     metric: str
-    ts_ms: float
+    ts_ms: int  # the device's ts of the cited sample
     device_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Received:
+    """A sample as the controller received it: the device's ts (what is cited) and the controller's receive time."""
+
+    ts: int
+    received_ms: float
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the controller's reading buffers hold for an Intent's citations, gathered by the controller.
+
+    `cited` maps (device id, metric, ts) to the first arrival of that very sample; `freshest` maps (device id,
+    metric) to the newest sample received. The buffers live in memory: nothing received before `since` (the
+    controller's start) can be matched.
+    """
+
+    cited: Mapping[tuple[str, str, int], Received] = field(default_factory=dict)
+    freshest: Mapping[tuple[str, str], Received] = field(default_factory=dict)
+    since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -68,10 +95,11 @@ class IntentFacts:
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    exists: bool
+    exists: bool  # the Device is there and its device has announced itself with a contract
     device_id: str | None
     contract: Contract | None
     online: bool | None
+    present: bool = True  # the Device object is there (all the overlay needs)
 
 
 @dataclass(frozen=True)
@@ -129,6 +157,7 @@ class Case:
     now: datetime
     policy: Policy
     guards: Guards
+    evidence: Evidence = Evidence()
 
 
 @dataclass
@@ -166,11 +195,15 @@ def decide(
     now: datetime,
     policy: Policy = Policy(),
     guards: Guards = Guards(),
+    evidence: Evidence = Evidence(),
 ) -> Decision:
     """One Intent, one outcome: the checks of the pipeline in order; the first that fails decides."""
-    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards)
-    pipeline = READ_PIPELINE if intent.action == "read" else PIPELINE
-    return _run(case, pipeline)
+    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards, evidence)
+    if intent.action == "read":
+        return _run(case, READ_PIPELINE)
+    if intent.action in OVERLAY_ACTIONS:
+        return _run(case, OVERLAY_PIPELINE)
+    return _run(case, PIPELINE)
 
 
 def recheck(
@@ -201,9 +234,12 @@ def _run(case: Case, pipeline: tuple[Check, ...]) -> Decision:
         found = step.run(case, working)
         if found is not None:
             return found
-    risk = working.risk if case.intent.action != "read" else "low"
-    level = working.level if case.intent.action != "read" else "read"
+    risk, level = (working.risk, working.level) if pipeline is PIPELINE else ("low", _level_of(case.intent.action))
     return Decision("execute", None, "Checks passed.", risk, level, working.value, approvals=working.consumed)
+
+
+def _level_of(action: str) -> str:
+    return OVERLAY_VERB if action in OVERLAY_ACTIONS else "read"
 
 
 # ---- the checks, in pipeline order --------------------------------------------------------------------------
@@ -360,6 +396,39 @@ def _read_online(case: Case, working: _Working) -> Decision | None:
     return None if found is None else _final("DEVICE_GONE", found.message, "low", "read")
 
 
+# The overlay is what people call the device and where it is; it never reaches the device, so it needs only
+# the Device object, a clean text and the `annotate` verb (and agents not paused).
+def _device_present(case: Case, _: _Working) -> Decision | None:
+    if case.device.present:
+        return None
+    return _final("DEVICE_GONE", f"Device {case.intent.device} does not exist; nothing was changed.")
+
+
+def _overlay_text(case: Case, working: _Working) -> Decision | None:
+    field_name = OVERLAY_ACTIONS[case.intent.action]
+    value = case.intent.value
+    if case.intent.actuator != field_name or not isinstance(value, str):
+        return _final("DENY_ARGUMENTS", f"{case.intent.action} sets the overlay field {field_name!r} to a string "
+                                        f"(at most {OVERLAY_LIMITS[field_name]} characters; empty deletes it).",
+                      "low", OVERLAY_VERB)
+    # Made safe the way device text is (no control, invisible or bidi characters, one line), then cut.
+    working.value = bounded(value, OVERLAY_LIMITS[field_name])
+    return None
+
+
+def _may_annotate(case: Case, _: _Working) -> Decision | None:
+    if case.requester_may:
+        return None
+    intent = case.intent
+    return _final("DENY_SCOPE", f"{intent.requester} may not change the overlay of device {intent.device}: it needs "
+                                f"the '{OVERLAY_VERB}' verb on devices/{intent.device} (corral.dev).", "low", OVERLAY_VERB)
+
+
+def _overlay_paused(case: Case, working: _Working) -> Decision | None:
+    found = _agents_paused(case, working)
+    return None if found is None else _final("DENY_PAUSED", found.message, "low", OVERLAY_VERB)
+
+
 PIPELINE: tuple[Check, ...] = (
     Check("device known", _device_known),
     Check("action known", _action_known),
@@ -380,6 +449,12 @@ READ_PIPELINE: tuple[Check, ...] = (
     Check("cited readings", _read_readings),
     Check("device online", _read_online),
 )
+OVERLAY_PIPELINE: tuple[Check, ...] = (
+    Check("device known", _device_present),
+    Check("arguments", _overlay_text),
+    Check("RBAC verb", _may_annotate),
+    Check("agents paused", _overlay_paused),
+)
 # Checks that only establish what is asked (they cannot change after the request), and the ones whose facts
 # can change while a request waits for a human.
 RESOLVING = frozenset({"device known", "action known", "arguments"})
@@ -387,25 +462,39 @@ RECHECKED = frozenset({"RBAC verb", "agents paused", "contract hold", "interlock
 
 
 def _check_observations(case: Case) -> str | None:
-    intent, device, contract = case.intent, case.device, case.device.contract
+    """Every cited reading must be a sample the controller received (same device ts), received recently enough
+    by the controller's own clock; the message names the freshest sample the agent could have cited instead."""
+    intent, device, contract, evidence = case.intent, case.device, case.device.contract, case.evidence
     assert contract is not None
     now_ms = case.now.timestamp() * 1000
+    freshness_s = case.policy.freshness.total_seconds()
     metrics = {s.metric for s in contract.sensors}
     for obs in intent.based_on:
-        label = f"{obs.device_id or device.device_id}/{obs.metric}"
-        if not isinstance(obs.ts_ms, (int, float)) or isinstance(obs.ts_ms, bool) or not math.isfinite(obs.ts_ms):
-            return f"Observation {label} has no valid timestamp (ts must be Unix epoch milliseconds)."
-        if obs.ts_ms > now_ms + 1000:  # a second of clock skew is tolerated
-            return f"Observation {label} is from the future ({obs.ts_ms:.0f} > now {now_ms:.0f}); query again."
-        if (obs.device_id is None or obs.device_id == device.device_id) and obs.metric not in metrics:
+        source = obs.device_id or device.device_id or intent.device
+        label = f"{source}/{obs.metric}"
+        if not isinstance(obs.ts_ms, int) or isinstance(obs.ts_ms, bool):
+            return f"Observation {label} has no valid timestamp (ts must be Unix epoch milliseconds, an integer)."
+        if source == device.device_id and obs.metric not in metrics:
             return f"Observation {label}: the device has no sensor {obs.metric!r} (sensors: {', '.join(sorted(metrics))})."
-        age_s = (now_ms - obs.ts_ms) / 1000
-        if age_s > case.policy.freshness.total_seconds():
-            return (
-                f"Observation {label} is {age_s:.1f} s old; decisions may rely only on readings younger than "
-                f"{case.policy.freshness.total_seconds():g} s. Query the device again and retry."
-            )
+        cited = evidence.cited.get((source, obs.metric, obs.ts_ms))
+        if cited is None:
+            return (f"Observation {label} at ts={obs.ts_ms} is not a sample the controller received. "
+                    + _freshest(evidence, source, obs.metric, now_ms))
+        age_s = (now_ms - cited.received_ms) / 1000
+        if age_s > freshness_s:
+            return (f"Observation {label} at ts={obs.ts_ms} was received {age_s:.1f} s ago; decisions may rely only on "
+                    f"readings received within {freshness_s:g} s. " + _freshest(evidence, source, obs.metric, now_ms))
     return None
+
+
+def _freshest(evidence: Evidence, source: str, metric: str, now_ms: float) -> str:
+    newest = evidence.freshest.get((source, metric))
+    if newest is None:
+        since = f" since the controller started at {evidence.since:%H:%M:%S} UTC" if evidence.since else ""
+        return (f"No sample of {source}/{metric} has arrived{since} (readings are kept in memory, so a restarted "
+                "controller has none until the device sends again); wait for a new reading (iot.read) and cite it.")
+    return (f"The freshest sample the controller has is ts={newest.ts} (value {newest.value!r}, received "
+            f"{(now_ms - newest.received_ms) / 1000:.1f} s ago); read again (iot.read) and cite a fresh one.")
 
 
 def _final(code: Code, message: str, working: _Working | Risk | None = None, level: str | None = None) -> Decision:

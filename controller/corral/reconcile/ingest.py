@@ -160,8 +160,9 @@ class Ingest:
     def _on_telemetry(self, rt: DeviceRuntime, payload: bytes) -> None:
         telemetry = messages.parse_telemetry(payload)
         self._touch(rt)
+        received_ms = time.time() * 1000
         for sample in telemetry.samples:
-            rt.buffer.add(sample)
+            rt.buffer.add(sample, received_ms)
         sensors = {s.metric: s for s in rt.contract.sensors} if rt.contract else {}
         if sensors_due(rt.memory, rt.buffer.latest, sensors, self.coalescing, time.monotonic()):
             self.queue.add(rt.device_id)

@@ -8,15 +8,17 @@ target is applied, and the device reconciler does the rest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from opentelemetry.context import Context
 
 from corral.contract.model import Contract
+from corral.decide.decision import Evidence, Received
 from corral.devices.commands import CommandTimeout
-from corral.devices.messages import Sample
+from corral.devices.telemetry import MetricRing, Reading
 from corral.reconcile.cache import Body, DeviceCache, device_id_of
 from corral.reconcile.device import Listening
 from corral.reconcile.driver import Driver, Pin
@@ -38,7 +40,7 @@ class DeviceView:
     contract: Contract | None = None
     online: bool | None = None
     reported: Mapping[str, Any] = field(default_factory=dict)
-    latest: Mapping[str, Sample] = field(default_factory=dict)
+    latest: Mapping[str, Reading] = field(default_factory=dict)
     hold: str | None = None  # why the device's changed contract waits for a person
 
     @property
@@ -50,6 +52,8 @@ class DevicePort(Protocol):
     def view(self, namespace: str, name: str) -> DeviceView | None: ...
 
     def still_listening(self) -> bool: ...
+
+    def evidence(self, citations: Iterable[tuple[str, str, int]]) -> Evidence: ...
 
     async def read_state(self, device_id: str) -> dict[str, Any]: ...
 
@@ -76,6 +80,7 @@ class FleetPort:
         self.queue = queue
         self.notices = notices
         self.listening = listening
+        self.started = datetime.now(UTC)  # reading buffers are in memory: nothing older can be matched
 
     def view(self, namespace: str, name: str) -> DeviceView | None:
         body = self.devices.get((namespace, name))
@@ -94,6 +99,24 @@ class FleetPort:
 
     def still_listening(self) -> bool:
         return self.listening.still_listening()
+
+    def rings(self, device_id: str) -> Mapping[str, MetricRing]:
+        rt = self.fleet.get(device_id)
+        return rt.buffer.rings if rt is not None else {}
+
+    def evidence(self, citations: Iterable[tuple[str, str, int]]) -> Evidence:
+        """What the buffers hold for these (device id, metric, ts) citations: that very sample, and the freshest."""
+        cited: dict[tuple[str, str, int], Received] = {}
+        freshest: dict[tuple[str, str], Received] = {}
+        for device_id, metric, ts in citations:
+            ring = self.rings(device_id).get(metric)
+            found = ring.first_with_ts(ts) if ring is not None else None
+            newest = ring.newest() if ring is not None else None
+            if found is not None:
+                cited[(device_id, metric, ts)] = Received(found.ts, found.received_ms, found.value)
+            if newest is not None:
+                freshest[(device_id, metric)] = Received(newest.ts, newest.received_ms, newest.value)
+        return Evidence(cited, freshest, self.started)
 
     async def read_state(self, device_id: str) -> dict[str, Any]:
         """The device's full state, asked from the device now (get_state); TimeoutError if it does not answer."""

@@ -59,8 +59,8 @@ class Reviews:
             raise Unauthenticated("the API server does not accept this token")
         return hit[1]
 
-    async def may(self, caller: Caller, verb: str, namespace: str | None) -> bool:
-        """May the caller do `verb` on corral.dev devices in `namespace` (None: cluster-wide)? The controller's
-        own SubjectAccessReviews, with the caller's groups, and their cache."""
-        return await self.access.may(caller.username, verb, namespace, None, groups=list(caller.groups))
+    async def may(self, caller: Caller, verb: str, namespace: str | None, device: str | None = None) -> bool:
+        """May the caller do `verb` on corral.dev devices in `namespace` (None: cluster-wide), or on that one
+        device? The controller's own SubjectAccessReviews, with the caller's groups, and their cache."""
+        return await self.access.may(caller.username, verb, namespace, device, groups=list(caller.groups))
 

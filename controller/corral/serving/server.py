@@ -7,6 +7,8 @@
         Every line of every file exactly as stored, for `corral audit verify`; needs `audit` cluster-wide.
     GET /audit/v1/checkpoint
         The newest checkpoint signed so far (the AuditCheckpoint object is the one to trust).
+    GET /apis/readings.corral.dev/v1alpha1/namespaces/NS/devices/NAME
+        Timestamped samples (see `readings`); needs `listen` on that Device.
 
 `audit` is a verb of Corral's own on its `devices` resource (Kubernetes lets RBAC name any verb): a
 ClusterRole with it lets a person read the whole log; a Role lets them read what concerns their
@@ -28,7 +30,9 @@ from corral.audit.chain import AuditRecord
 from corral.audit.log import log_files, read_records
 from corral.audit.signer import last_checkpoint
 from corral.client.asyncapi import ApiError
+from corral.serving import readings
 from corral.serving.auth import Caller, Reviews, Unauthenticated
+from corral.serving.frontproxy import FrontProxy, caller_of
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +41,36 @@ CALLER = web.RequestKey("caller", Caller)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 503: "ServiceUnavailable"}
+
+
 def _problem(status: int, message: str) -> web.Response:
-    return web.json_response({"kind": "Status", "status": "Failure", "code": status, "message": message},
+    """A refusal as the API server words one (a Status), so kubectl shows it as its own: 'Error from server
+    (Forbidden): ...'."""
+    return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "reason": _REASONS.get(status, "InternalError"), "code": status, "message": message},
                              status=status)
 
 
 class ReadServer:
     def __init__(self, reviews: Reviews, audit_dir: Path, port: int, cert_file: str, key_file: str,
-                 host: str = "0.0.0.0") -> None:
+                 host: str = "0.0.0.0", source: readings.ReadingsSource | None = None,
+                 front_proxy: FrontProxy | None = None) -> None:
+        """front_proxy: the aggregation layer's requestheader CA and names; without it, a request that names
+        its caller in X-Remote-* headers is refused."""
         self.reviews = reviews
         self.audit_dir = audit_dir
+        self.source = source
         self.port, self.host = port, host
-        self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.front_proxy = front_proxy
+        # A server context that trusts no CA for client certificates but the front proxy's (not
+        # create_default_context, which would trust the system's). Client certificates are optional
+        # (CERT_OPTIONAL), so direct callers connect without one and bring a bearer token.
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
         self.tls.load_cert_chain(cert_file, key_file)
+        if front_proxy is not None:
+            front_proxy.configure(self.tls)
         self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -57,6 +78,11 @@ class ReadServer:
         app.router.add_get("/audit/v1/records", self.records)
         app.router.add_get("/audit/v1/log", self.raw_log)
         app.router.add_get("/audit/v1/checkpoint", self.checkpoint)
+        if self.source is not None:
+            app.router.add_get(f"/apis/{readings.GROUP}", self.readings_group)
+            app.router.add_get(readings.PREFIX, self.readings_discovery)
+            app.router.add_get("/openapi/v2", self.readings_openapi)
+            app.router.add_get(readings.PREFIX + "/namespaces/{namespace}/devices/{name}", self.device_readings)
         return app
 
     async def start(self) -> None:
@@ -71,6 +97,18 @@ class ReadServer:
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # Through the aggregation layer first: the front proxy's certificate and the caller it names. A request
+        # naming a caller without that certificate is refused, whatever else it carries.
+        try:
+            vouched = caller_of(self.front_proxy, request)
+        except Unauthenticated as err:
+            return _problem(401, str(err))
+        if vouched is not None:
+            request[CALLER] = vouched
+            return await handler(request)
+        # API discovery answers anyone: the aggregator asks for it to call the APIService available.
+        if request.path.rstrip("/") in (f"/apis/{readings.GROUP}", readings.PREFIX, "/openapi/v2"):
+            return await handler(request)
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer ") or not header[7:].strip():
             return _problem(401, "send a Kubernetes bearer token (Authorization: Bearer ...): this server knows "
@@ -130,6 +168,35 @@ class ReadServer:
             await response.write(data[:data.rfind(b"\n") + 1])
         await response.write_eof()
         return response
+
+    async def readings_group(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(readings.group())
+
+    async def readings_discovery(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(readings.discovery())
+
+    async def readings_openapi(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(readings.openapi_v2())
+
+    async def device_readings(self, request: web.Request) -> web.StreamResponse:
+        assert self.source is not None
+        caller, namespace, name = request[CALLER], request.match_info["namespace"], request.match_info["name"]
+        try:
+            allowed = await self.reviews.may(caller, readings.LISTEN_VERB, namespace, name)
+        except ApiError as err:
+            return _problem(503, f"could not ask the API server what {caller.username} may do: {err.message}")
+        if not allowed:
+            # The same answer whether or not the Device exists: a refusal must not confirm that it does.
+            return _problem(403, f"{caller.username} may not read the samples of device {namespace}/{name}: it needs "
+                                 f"the verb '{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+        try:
+            metrics, window_s = readings.parse_query(request.query)
+        except readings.BadQuery as err:
+            return _problem(400, str(err))
+        document = readings.readings(self.source, namespace, name, metrics, window_s)
+        if document is None:
+            return _problem(404, f"no Device {name} in namespace {namespace}")
+        return web.json_response(document)
 
     async def checkpoint(self, request: web.Request) -> web.StreamResponse:
         denied = await self._allowed(request, None)
