@@ -35,6 +35,8 @@ PROFILES = {
         "inputs": {"leak": {"initial": "dry", "mean_interval_s": 3600}},
     },
     "door_contact": {"inputs": {"door": {"initial": "closed", "mean_interval_s": 300}}},
+    # A sensor with a `value` reads exactly that (a dry probe) until the simulator is told otherwise.
+    "leak_probe": {"sensors": {"wet": {"value": False}}},
     "lock": {"inputs": {"door": {"initial": "closed", "mean_interval_s": 900}}},
     "sht30": {
         "sensors": {"temperature": {"baseline": 22.8}, "humidity": {"baseline": 55.0}},

@@ -9,6 +9,8 @@
   so a test can count executions on the hardware side.
 - Inputs (door contacts, leak probes) change now and then; every change
   arrives as a burst of bouncing edges, as a real contact's would.
+- A sensor can be held at a value (a profile's `value`, or `set_sensor`): a
+  leak probe reads False until a test or a person makes it read True.
 """
 
 from corral_fw.profiles import DEFAULT_BOUNCE_MS, DEFAULT_INPUT_INTERVAL_S, SENSOR_DEFAULTS, profile
@@ -33,9 +35,12 @@ class SimSensor:
         self.boost = boost  # (output, amount): amount added while that output is on
         self.rng = rng
         self.offset = 0.0
+        self.held = options.get("value")  # not None: the sensor reads exactly this (a leak probe's True/False)
 
     def read(self, outputs: dict):
         self.offset = self.offset * 0.9 + self.rng.uniform(-self.jitter, self.jitter)
+        if self.held is not None:
+            return self.held
         if self.gate is not None and not outputs.get(self.gate):
             return 0
         value = self.baseline + self.offset
@@ -96,6 +101,10 @@ class SimBoard:
             raise OSError("jammed: the actuator did not move")
         self.outputs[actuator_id] = value
         self.applied.append((actuator_id, value, units))
+
+    def set_sensor(self, metric: str, value) -> None:
+        """The sensor reads value from now on (water reaches a leak probe); None: its simulated readings again."""
+        self.sensors[metric].held = value
 
     def jam(self, actuator_id: str, jammed: bool = True) -> None:
         """A fault: the actuator stops moving (a stuck motor, a welded relay); the firmware reports the failure."""

@@ -280,6 +280,13 @@ class Fleet:
         device.board.change_input(name, value, self.clock.ms(), bounce_ms)
         self._schedule_tick(device, self.clock.ms())
 
+    def set_sensor(self, device_id: str, metric: str, value: Any) -> None:
+        """A simulated sensor reads value from now on (water reaches a leak probe); None: simulated readings again.
+        The firmware reports it with its next telemetry."""
+        device = self.devices[device_id]
+        if device.board is not None:
+            device.board.set_sensor(metric, value)
+
     def jam(self, device_id: str, actuator_id: str, jammed: bool = True) -> None:
         """The device's actuator stops moving; commands to it fail with an error ack until unjammed."""
         device = self.devices[device_id]

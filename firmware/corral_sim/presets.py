@@ -48,7 +48,7 @@ HOME: tuple[tuple[str, str, str], ...] = (
     ("utility room", "pet-feeder", "pet_feeder"),
     ("utility room", "pet-water-scale", "scale"),
     ("utility room", "back-door-lock", "lock"),
-    ("utility room", "garage-door", "door_contact"),
+    ("utility room", "leak-probe", "leak_probe"),  # under the main water valve (docs/controller.md, Interlocks)
 )
 
 PRESETS: dict[str, tuple[tuple[str, str, str], ...]] = {"home": HOME}

@@ -10,7 +10,7 @@ import kubernetes
 import pytest
 import yaml
 
-from corral.api import KINDS, Approval, AuditCheckpoint, Capability, Device, Intent
+from corral.api import KINDS, Approval, AuditCheckpoint, Capability, Device, Intent, Interlock
 from corral.api.codes import GROUP, VERSION
 from corral.client.install import install_api
 from corral.devcluster.plane import Plane
@@ -215,8 +215,9 @@ def test_status_round_trips_through_the_status_subresource(
 
 
 def test_models_cover_every_kind() -> None:
-    assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval", "AuditCheckpoint"}
-    assert {Device, Capability, Intent, Approval, AuditCheckpoint} == set(KINDS)
+    assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval", "AuditCheckpoint",
+                                            "Interlock"}
+    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock} == set(KINDS)
 
 
 def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_before_it(

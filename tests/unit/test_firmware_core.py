@@ -495,6 +495,17 @@ def test_simulated_outputs_shape_the_readings():
 
 
 
+def test_a_leak_probe_reads_dry_until_it_is_made_wet():
+    probe, board, clock = make_device("leak_probe", "leak-probe", telemetry_ms=1000)
+    run_until(probe, clock, 1000)
+    board.set_sensor("wet", True)
+    run_until(probe, clock, 2000)
+    board.set_sensor("wet", False)
+    run_until(probe, clock, 3000)
+    wet = [next(s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "wet") for m in probe.transport.on("telemetry")]
+    assert wet == [False, True, False]
+
+
 def test_a_change_at_the_device_itself_is_reported_as_a_state_event():
     device, _, _ = make_device("env_fan", "kitchen-env")
     device.set_locally("fan", "mid")

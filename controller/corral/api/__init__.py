@@ -5,7 +5,8 @@ from corral.api.capability import Capability
 from corral.api.checkpoint import AuditCheckpoint
 from corral.api.device import Device
 from corral.api.intent import Intent
+from corral.api.interlock import Interlock
 
-KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint)
+KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint, Interlock)
 
-__all__ = ["KINDS", "Approval", "AuditCheckpoint", "Capability", "Device", "Intent"]
+__all__ = ["KINDS", "Approval", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock"]

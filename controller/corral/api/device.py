@@ -82,6 +82,27 @@ class SensorReading(KubeModel):
         return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
+class GuardingInterlock(KubeModel):
+    """An Interlock that guards actions on this device (its rule; whether it holds is decided per action)."""
+
+    name: Annotated[str, Field(max_length=253)] = Field(description="Name of the Interlock, same namespace.")
+    actuators: Annotated[list[Annotated[str, Field(max_length=32)]], Field(max_length=64)] = Field(
+        default_factory=list, description="Guarded actuators; empty: every actuator."
+    )
+    condition: Annotated[str, Field(max_length=2048)] = Field(description="The CEL condition that must hold.")
+    message: Text512 = Field(description="What the rule protects.")
+    compiled: bool = Field(description="False when the condition does not compile: then it forbids what it guards.")
+
+
+class InterlockedTarget(KubeModel):
+    """A target the controller does not drive because an interlock forbade it when it was to be driven."""
+
+    actuator: Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)] = Field(description="Actuator id.")
+    value: JsonValue = Field(description="The held target value.")
+    interlock: Annotated[str, Field(max_length=253)] = Field(description="The Interlock that forbade it.")
+    message: Annotated[str, Field(max_length=1024)] = Field(description="Why, as the interlock said it.")
+
+
 class DeviceStatus(KubeModel):
     """What the controller last observed; written only by the controller."""
 
@@ -110,8 +131,19 @@ class DeviceStatus(KubeModel):
     in_sync: bool | None = Field(default=None, description="True when reported matches target for every targeted actuator.")
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
         default_factory=list,
-        description="Ready, ContractValid, InSync and other aspects of the device's state.",
+        description="Ready, ContractValid, InSync, Interlocked and other aspects of the device's state.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    interlocks: Annotated[list[GuardingInterlock], Field(max_length=32)] | None = Field(
+        default=None, description="The Interlocks that guard actions on this device."
+    )
+    interlocked_targets: Annotated[list[InterlockedTarget], Field(max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "Targets not driven because an interlock forbade them (condition Interlocked). They stay held even once "
+            "the rule holds again: only a changed target is driven, or an Intent that passes the interlocks."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["actuator"]},
     )
     observed_generation: int | None = Field(default=None, ge=0, description="The generation the controller acted on.")
     command_epoch: int | None = Field(

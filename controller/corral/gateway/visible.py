@@ -89,6 +89,18 @@ class VisibleDevice:
             {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"), "message": c.get("message")}
             for c in status.get("conditions") or []
         ]
+        # The safety rules guarding the device's actions (a guarded action is DENY_INTERLOCK while its condition
+        # does not hold), and any target one of them keeps from being driven.
+        interlocks = [
+            {"name": i.get("name"), "actuators": i.get("actuators") or [], "condition": i.get("condition"),
+             "message": i.get("message"), "compiled": i.get("compiled")}
+            for i in status.get("interlocks") or []
+        ]
+        held = [
+            {"actuator": h.get("actuator"), "value": h.get("value"), "interlock": h.get("interlock"),
+             "message": h.get("message")}
+            for h in status.get("interlockedTargets") or []
+        ]
         return {
             **self.summary(),
             "notes": self.overlay.get("notes", ""),
@@ -99,6 +111,8 @@ class VisibleDevice:
             "sensors": sensors,
             "actions": [action_of(a) for a in self.usable_actuators()],
             "conditions": conditions,
+            "interlocks": interlocks,
+            "interlocked_targets": held,
             "contract": (
                 {"name": contract.name, "model": contract.model, "fw": contract.fw,
                  "capability": status.get("acceptedCapability") or status.get("capability")}

@@ -2,10 +2,11 @@
 
 Inputs only ever queue keys. MQTT messages (`ingest`) and Device watch events queue a device id for
 `device.DeviceReconciler`; Intent and Approval watch events queue an Intent for
-`intents.IntentReconciler`, which hands what it decides to execute to a queue per Device. Watch events
-pass a generation predicate (kubebuilder's): a Device is reconciled when its spec changed, not when only
-its status, labels or annotations did, and never for the controller's own writes, whose answers the
-caches hold already.
+`intents.IntentReconciler`, which hands what it decides to execute to a queue per Device. Interlocks
+(`interlocks.Interlocks`, an informer of their own) are judged by both, and a changed one queues the
+Devices of its namespace. Watch events pass a generation predicate (kubebuilder's): a Device is reconciled
+when its spec changed, not when only its status, labels or annotations did, and never for the controller's
+own writes, whose answers the caches hold already.
 
 Everything here runs on one event loop; MQTT callbacks cross over with `call_soon_threadsafe`.
 """
@@ -39,6 +40,7 @@ from corral.reconcile.driver import Driver
 from corral.reconcile.informer import Informer
 from corral.reconcile.ingest import Ingest
 from corral.reconcile.intents import IntentReconciler, IntentSettings
+from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import Kube
 from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.port import FleetPort
@@ -88,12 +90,15 @@ class Controller:
         self.enrollments = Informer(kube.api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
                                     self.accounts.on_secret) if self.accounts is not None else None
         listening = Listening(connected=self.link.connected.is_set, up_since=lambda: self.ingest.link_up_since)
-        self.device_reconciler = DeviceReconciler(config, kube, self.fleet, self.devices, self.driver, notices,
-                                                  recorder, listening, trust)
         self.access = AccessReviews(kube)
         self.applier = TargetApplier(kube)
         port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening, trust)
-        self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded)
+        # Cross-device rules: judged when Intents are decided and executed, and before any target is driven.
+        self.interlocks = Interlocks(kube, self.devices, config.watch_namespaces, on_change=self._interlocks_changed)
+        self.device_reconciler = DeviceReconciler(config, kube, self.fleet, self.devices, self.driver, notices,
+                                                  recorder, listening, trust, self.interlocks, port.view)
+        self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded,
+                                        self.interlocks)
         self._workers: list[asyncio.Task[None]] = []
         self.server: ReadServer | None = None
         if config.serve_port:
@@ -102,7 +107,7 @@ class Controller:
                 made = ensure_serving_certificate(key_file.parent)
                 cert, key_pem = str(made.cert_file), str(made.key_file)
             self.server = ReadServer(Reviews(kube.api, self.access), Path(config.audit_dir), config.serve_port, cert,
-                                     key_pem)
+                                     key_pem, source=port, front_proxy=config.front_proxy)
 
     async def start(self) -> None:
         namespaces = self.config.watch_namespaces
@@ -123,6 +128,13 @@ class Controller:
         # A changed contract is judged against the accepted one, which a Capability holds.
         await self.capabilities.prime()
         self.capabilities.start()
+        # Every Interlock before anything is decided or driven: a rule not yet read must not be a rule missed.
+        self.interlocks.start()
+        try:
+            await asyncio.wait_for(self.interlocks.synced.wait(), 60)
+        except TimeoutError:
+            raise RuntimeError("the Interlocks could not be listed within 60 s: is the CRD interlocks.corral.dev "
+                               "installed, and may the controller list and watch interlocks?") from None
         if self.accounts is not None and self.enrollments is not None:
             # The enrollments first: the first thing the controller tells a fresh broker is who may connect.
             self.enrollments.start()
@@ -151,6 +163,7 @@ class Controller:
             await self.accounts.stop()
             await self.enrollments.stop()
         await self.capabilities.stop()
+        await self.interlocks.stop()
         await self.link.stop()
         await self.checkpoints.stop()  # the final one: after everything that could still write a record
         self.audit.close()
@@ -185,6 +198,13 @@ class Controller:
             self.queue.add(device_id)
         if change.before is not None and device_id_of(change.before) not in (None, device_id):
             self.queue.add(device_id_of(change.before) or "")
+
+    def _interlocks_changed(self, namespace: str) -> None:
+        """The namespace's rules changed: its Devices list them in status, and judge their targets anew."""
+        for (ns, _name), body in self.devices.items():
+            device_id = device_id_of(body)
+            if ns == namespace and device_id:
+                self.queue.add(device_id)
 
     def on_intent_event(self, event_type: str, body: Body) -> None:
         self.intents.on_intent_event(event_type, body)

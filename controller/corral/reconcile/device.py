@@ -4,20 +4,27 @@
 with a `Result` (done, or run again after N seconds). It reads what MQTT told the controller (the
 runtime) and the Device object (the cache), plans commands with the pure `devices.plan`, sends them
 through the `Driver`, and writes status only if `status.to_write` says it changed.
+
+A command for a target that an Interlock forbids is not sent, whoever set the target (a person's `kubectl
+apply` above all: an executing Intent's own command was judged right before it, and goes out). The target is
+held, on record in status (`interlockedTargets`, condition Interlocked), and stays held once the rule holds
+again: only a changed target is driven (or an Intent that the interlocks allow).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from corral.api.device import DeviceStatus
+from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget
 from corral.audit.events import EventRecorder
 from corral.devices.commands import CommandTimeout
-from corral.devices.plan import Command, Plan, plan
+from corral.devices.plan import Command, Plan, plan, same_value
 from corral.reconcile.cache import Body, DeviceCache, key_of
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.driver import Driver, Pin, Superseded
@@ -40,6 +47,9 @@ from corral.reconcile.status import (
 from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import Result
 
+if TYPE_CHECKING:
+    from corral.reconcile.interlocks import Interlocks, ViewOf
+
 log = logging.getLogger(__name__)
 
 # Retained `info` messages arrive right after subscribing; a Device is judged unheard of only after this.
@@ -60,9 +70,12 @@ class Listening:
 
 class DeviceReconciler:
     def __init__(self, config: ControllerConfig, kube: Kube, fleet: Fleet, devices: DeviceCache, driver: Driver,
-                 notices: DeviceNotices, recorder: EventRecorder, listening: Listening, trust: ContractTrust) -> None:
+                 notices: DeviceNotices, recorder: EventRecorder, listening: Listening, trust: ContractTrust,
+                 interlocks: Interlocks | None = None, view_of: ViewOf | None = None) -> None:
         self.config = config
         self.trust = trust
+        self.interlocks = interlocks
+        self.view_of = view_of  # the port's view of a Device, what interlock conditions are judged over
         self.kube = kube
         self.fleet = fleet
         self.devices = devices
@@ -124,6 +137,7 @@ class DeviceReconciler:
             rt.command_epoch = self._epoch(rt, body) + 1
             await self._write(rt, body, self._status(rt, body, result), "epoch")
             return Result.after(0)
+        result, interlocked = self._interlocked(rt, body, result, pins)
         outcome = Result.done()
         if result.commands:
             if not rt.online:
@@ -133,9 +147,47 @@ class DeviceReconciler:
             else:
                 outcome = await self._drive(rt, body, result.commands, {p.command_id: p for p in pins})
                 body = self.devices.get(key_of(body)) or body
-                result = self._plan(rt, body, self.driver.expectations.applied(device_id, _generation(body) or 0))
-        await self._write(rt, body, self._status(rt, body, result), "reconcile")
+                pins = self.driver.expectations.applied(device_id, _generation(body) or 0)
+                result, interlocked = self._interlocked(rt, body, self._plan(rt, body, pins), pins)
+        await self._write(rt, body, self._status(rt, body, result, interlocked), "reconcile")
         return outcome
+
+    def _interlocked(self, rt: DeviceRuntime, body: Body, result: Plan, pins: list[Pin]
+                     ) -> tuple[Plan, tuple[InterlockedTarget, ...]]:
+        """The plan without the commands an interlock forbids (or forbade, for the same target), and those held."""
+        if self.interlocks is None or self.view_of is None or not result.commands:
+            return result, ()
+        previous = parse(body.get("status"))
+        held_before = {h.actuator: h for h in (previous.interlocked_targets or [])} if previous is not None else {}
+        pinned = {p.command_id for p in pins}  # an executing Intent's: the interlocks judged it right before
+        namespace, generation = body["metadata"]["namespace"], _generation(body)
+        keep: list[Command] = []
+        held: list[InterlockedTarget] = []
+        for command in result.commands:
+            before = held_before.get(command.actuator)
+            if command.id in pinned:
+                keep.append(command)
+            elif before is not None and same_value(before.value, command.value):
+                held.append(before)  # forbidden when it was set: not driven by itself, whatever the rule says now
+            elif forbidding := [v for v in self.interlocks.verdicts(namespace, body, command.actuator, command.value,
+                                                                    self.view_of) if not v.holds]:
+                first = forbidding[0]
+                target = InterlockedTarget(actuator=command.actuator, value=command.value, interlock=first.name,
+                                           message=first.message[:1024])
+                held.append(target)
+                shown = f"spec.target.{command.actuator}={as_json(command.value)}"
+                self.notices.once(
+                    rt, body, f"interlocked/{generation}/{command.actuator}/{as_json(command.value)}", "Interlocked",
+                    "Hold", f"Not driving {shown}: Interlock {first.name} forbids it: {first.message}. It stays held "
+                            "until the target changes, even once the rule holds again.", "Warning",
+                    fact=("target.interlocked", {"actuator": command.actuator, "value": command.value,
+                                                 "interlock": first.name, "message": first.message,
+                                                 "generation": generation}))
+            else:
+                keep.append(command)
+        if not held:
+            return result, ()
+        return dataclasses.replace(result, commands=keep), tuple(held)
 
     def _plan(self, rt: DeviceRuntime, body: Body, pins: list[Pin]) -> Plan:
         assert rt.contract is not None
@@ -228,8 +280,12 @@ class DeviceReconciler:
 
     # ---- status ---------------------------------------------------------------------------------------------
 
-    def _status(self, rt: DeviceRuntime, body: Body, result: Plan | None) -> DeviceStatus:
+    def _status(self, rt: DeviceRuntime, body: Body, result: Plan | None,
+                interlocked: tuple[InterlockedTarget, ...] | None = None) -> DeviceStatus:
+        """interlocked: the targets held now; None (not judged this time): those on record stay held."""
         previous = parse(body.get("status"))
+        if interlocked is None:
+            interlocked = tuple(previous.interlocked_targets or ()) if previous is not None else ()
         sensors = {s.metric: s for s in rt.contract.sensors} if rt.contract else {}
         if sensors_due(rt.memory, rt.buffer.latest, sensors, self.config.coalescing, time.monotonic()):
             readings = sensor_readings(rt.buffer.latest, sensors)
@@ -249,8 +305,17 @@ class DeviceReconciler:
             sensors=readings,
             command_epoch=self._epoch(rt, body),
             verdict=sync_verdict(result, bool(rt.online), rt.failures) if accepted and result is not None else None,
+            interlocks=self._guarding(body),
+            interlocked=interlocked,
         )
         return device_status(observed, previous, _now())
+
+    def _guarding(self, body: Body) -> tuple[GuardingInterlock, ...]:
+        if self.interlocks is None:
+            return ()
+        return tuple(GuardingInterlock(name=c.rule.name, actuators=list(c.rule.actuators), condition=c.rule.condition,
+                                       message=c.rule.message, compiled=c.ok)
+                     for c in self.interlocks.guarding(body["metadata"]["namespace"], body)[:32])
 
     async def _write(self, rt: DeviceRuntime | None, body: Body, status: DeviceStatus, reason: str) -> None:
         body = self.devices.get(key_of(body)) or body

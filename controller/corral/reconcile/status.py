@@ -14,6 +14,7 @@ No clock of its own and no I/O: the reconciler passes the time in.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,11 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from corral.api.device import DeviceStatus, SensorReading
+from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget, SensorReading
 from corral.contract.model import Sensor
-from corral.devices.messages import Sample
 from corral.devices.plan import Plan
-from corral.devices.telemetry import Coalescing
+from corral.devices.telemetry import Coalescing, Reading
 from corral.reconcile.conditions import Wanted, merge
 from corral.reconcile.runtime import StatusMemory
 
@@ -54,6 +54,8 @@ class Observed:
     accepted_capability: str | None = None  # the Capability the controller trusts (contract.trust)
     hold: tuple[str, ...] = ()  # why the announced contract waits for a person
     device: str = ""  # the Device's name, for what people are told to run
+    interlocks: tuple[GuardingInterlock, ...] = ()  # the rules that guard the device
+    interlocked: tuple[InterlockedTarget, ...] = ()  # targets an interlock forbade: not driven
 
 
 def parse(status: Mapping[str, Any] | None) -> DeviceStatus | None:
@@ -108,6 +110,15 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         else:
             wanted.append(Wanted("ContractAccepted", "True", "Accepted",
                                  f"Capability {observed.accepted_capability or observed.capability}", generation))
+        if observed.interlocked:
+            message = interlocked_message(observed.interlocked)
+            wanted.append(Wanted("Interlocked", "True", "InterlockForbids", message, generation))
+            if verdict.in_sync:  # else what else keeps it from its target is said; this condition says the rest
+                verdict = Verdict(False, "Interlocked", message)
+        elif observed.interlocks:
+            wanted.append(Wanted("Interlocked", "False", "NoTargetHeld",
+                                 f"Guarded by {', '.join(i.name for i in observed.interlocks)}; no target is held.",
+                                 generation))
         in_sync = verdict.in_sync
         wanted.append(Wanted("ContractValid", "True", "Accepted", f"Capability {observed.capability}", generation))
         wanted.append(Wanted("InSync", "True" if in_sync else "False", verdict.reason, verdict.message, generation))
@@ -129,9 +140,19 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         sensors=dict(observed.sensors),
         in_sync=in_sync,
         conditions=merge(previous.conditions if previous else [], wanted, now),
+        interlocks=list(observed.interlocks) or None,
+        interlocked_targets=list(observed.interlocked) or None,
         observed_generation=generation,
         command_epoch=observed.command_epoch or None,
     )
+
+
+def interlocked_message(held: tuple[InterlockedTarget, ...]) -> str:
+    """What the Interlocked condition says: which targets are held, by which rule, and how they are driven again."""
+    parts = [f"spec.target.{h.actuator}={json.dumps(h.value)} is not driven: Interlock {h.interlock} forbade it "
+             f"({h.message})" for h in held]
+    return ("; ".join(parts) + ". A held target is not driven even once the rule holds again: change the target, or "
+            "ask for it with an Intent, which the interlocks judge anew.")
 
 
 def waiting_status(previous: DeviceStatus | None, generation: int | None, now: datetime) -> DeviceStatus:
@@ -146,6 +167,7 @@ def waiting_status(previous: DeviceStatus | None, generation: int | None, now: d
         online=False, stale=True, in_sync=False, last_seen=kept.last_seen, capability=kept.capability,
         accepted_capability=kept.accepted_capability, reported=kept.reported, sensors=kept.sensors, command_epoch=kept.command_epoch,
         conditions=merge(kept.conditions, wanted, now), observed_generation=generation,
+        interlocks=kept.interlocks, interlocked_targets=kept.interlocked_targets,
     )
 
 
@@ -175,7 +197,7 @@ def to_write(status: DeviceStatus, previous: DeviceStatus | None, last_seen: dat
     return None
 
 
-def sensors_due(memory: StatusMemory, latest: Mapping[str, Sample], sensors: Mapping[str, Sensor],
+def sensors_due(memory: StatusMemory, latest: Mapping[str, Reading], sensors: Mapping[str, Sensor],
                 rule: Coalescing, now: float) -> bool:
     """Whether the latest readings deserve a status write now (`now`: a monotonic clock)."""
     current = {metric: sample.value for metric, sample in latest.items()}
@@ -183,7 +205,7 @@ def sensors_due(memory: StatusMemory, latest: Mapping[str, Sample], sensors: Map
                              memory.early_writes.available(rule, now))
 
 
-def sensor_readings(latest: Mapping[str, Sample], sensors: Mapping[str, Sensor]) -> dict[str, SensorReading]:
+def sensor_readings(latest: Mapping[str, Reading], sensors: Mapping[str, Sensor]) -> dict[str, SensorReading]:
     return {
         metric: SensorReading(value=sample.value, unit=sensors[metric].unit if metric in sensors else "",
                               timestamp=datetime.fromtimestamp(sample.ts / 1000, UTC))

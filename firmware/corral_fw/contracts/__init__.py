@@ -8,6 +8,7 @@ TYPES = (
     'blind',
     'door_contact',
     'env_fan',
+    'leak_probe',
     'light',
     'lock',
     'pet_feeder',
