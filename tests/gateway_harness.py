@@ -17,6 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from corral.api.codes import GATEWAY_AUDIENCE
 from corral.api.roles import USER_ROLE_RULES
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
@@ -107,15 +108,20 @@ def capabilities_readable(admin: Any, namespace: str, *service_accounts: str) ->
         rbac.delete_cluster_role(name)
 
 
+def gateway_token(admin: Any, namespace: str, name: str) -> str:
+    """A token of the ServiceAccount `name` (made if missing) that the HTTP gateway accepts: its audience."""
+    return service_account_token(admin, namespace, name, audience=GATEWAY_AUDIENCE)
+
+
 def grant_agent(plane: Plane, admin: Any, namespace: str, name: str = "agent") -> str:
-    """A ServiceAccount with the chart's agent-operator rules (corral.api.roles) in this namespace; its token,
-    once RBAC lets it write devices."""
+    """A ServiceAccount with the chart's agent-operator rules (corral.api.roles) in this namespace; its token
+    (for the gateway's audience), once RBAC lets it write devices."""
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
             "rules": USER_ROLE_RULES["agent-operator"]}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
     apply_yaml(admin, yaml.safe_dump_all([role, binding]), namespace)
-    token = service_account_token(admin, namespace, name)
+    token = gateway_token(admin, namespace, name)
     wait_until_allowed(api_client(plane, token=token), "write", namespace, "devices")
     return token

@@ -46,9 +46,12 @@ def api_client(
     return client
 
 
-def service_account_token(client: kubernetes.client.ApiClient, namespace: str, name: str) -> str:
+def service_account_token(client: kubernetes.client.ApiClient, namespace: str, name: str,
+                          audience: str | None = None) -> str:
     """Create the ServiceAccount if needed and mint a short-lived token for it (TokenRequest).
 
+    `audience`: the token's `aud` (GATEWAY_AUDIENCE for tokens the HTTP gateway accepts); None: what the API
+    server gives a request without one, all of its --api-audiences (the local plane's include GATEWAY_AUDIENCE).
     The local plane runs no controllers, so no ServiceAccount exists until a test makes one.
     """
     core = kubernetes.client.CoreV1Api(client)
@@ -57,7 +60,7 @@ def service_account_token(client: kubernetes.client.ApiClient, namespace: str, n
     except kubernetes.client.ApiException as err:
         if err.status != 409:
             raise
-    request = {"spec": {"audiences": [], "expirationSeconds": 3600}}
+    request = {"spec": {"audiences": [audience] if audience else [], "expirationSeconds": 3600}}
     response = core.create_namespaced_service_account_token(name, namespace, request)
     return str(response.status.token)
 

@@ -14,6 +14,7 @@ from typing import TextIO
 import click
 import kubernetes
 
+from corral.api.codes import GATEWAY_AUDIENCE
 from corral.client.errors import api_message
 from corral.devcluster import files
 from corral.devcluster.demo import Demo, Ready
@@ -115,6 +116,7 @@ Corral is running: {ready.devices} simulated devices in namespace {ns}, the cont
   kubectl      {local}kubectl get devices -n {ns}   (KUBECONFIG={ready.kubeconfig})
   MCP, HTTP    {ready.gateway_url}
                header  Authorization: Bearer $(cat {ready.token_file})   (ServiceAccount {ns}/agent, agent-operator)
+               another token: kubectl create token agent -n {ns} --audience {GATEWAY_AUDIENCE}
   MCP, stdio   KUBECONFIG={ready.kubeconfig} corral mcp -n {ns}
   approvals    corral intents -n {ns}; corral approve NAME -n {ns}{approver}
   broker       {ready.mqtt_url}

@@ -11,6 +11,7 @@ from typing import Any
 import click
 import kubernetes
 
+from corral.api.codes import GATEWAY_AUDIENCE
 from corral.audit.component import AuditSettings, open_audit
 from corral.audit.keys import AuditKeyError
 from corral.audit.log import InUse
@@ -52,6 +53,14 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="HTTP: another Host header to accept (repeatable), e.g. the Service name.")
 @click.option("--issuer-url", help="HTTP: the token issuer named in the protected-resource metadata "
                                    "(default: the API server URL).")
+@click.option("--audience", default=GATEWAY_AUDIENCE, show_default=True,
+              help="HTTP: accept only bearer tokens (JWTs) whose aud names this (kubectl create token SA --audience "
+                   "AUDIENCE); the API server's --api-audiences must include it too.")
+@click.option("--readings-url", metavar="URL",
+              help="The controller's HTTPS server (e.g. https://corral-controller:8443), for readings where the "
+                   "APIService readings.corral.dev is not routed; default: through the API server.")
+@click.option("--readings-ca", type=click.Path(exists=True, dir_okay=False),
+              help="CA certificate of --readings-url (the controller's serving-ca.crt).")
 @click.option("--device-tools", is_flag=True, help="Also publish one tool per device actuator, {device}.{actuator}.{action}.")
 @click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
               help="Seconds iot.control waits for an outcome before answering PENDING.")
@@ -74,8 +83,8 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="Seconds between checkpoints.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
-        port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None,
-        device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
+        port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None, audience: str,
+        readings_url: str | None, readings_ca: str | None, device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
         audit_dir: str | None, audit_key: str | None, no_create_audit_key: bool, audit_checkpoint: str | None,
         audit_checkpoint_interval: float, verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
@@ -85,9 +94,16 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     served = list(namespaces) or [default_namespace]
     options: dict[str, Any] = {"device_tools_on": device_tools, "min_interval_s": update_interval,
                                "access_refresh_s": access_refresh}
+    if readings_ca and not readings_url:
+        raise click.UsageError("--readings-ca needs --readings-url")
+    from corral.gateway.readings import Direct
+    direct = Direct(readings_url, readings_ca) if readings_url else None
     from corral.gateway.serve import http_app, serve_http, serve_stdio  # the SDK's server stack loads only here
     from corral.gateway.server import RateLimit
 
+    if not audience.strip() or audience != audience.strip():
+        raise click.BadParameter(f"{audience!r}: an audience is a non-empty string without surrounding spaces",
+                                 param_hint="--audience")
     calls, _, seconds = rate_limit.partition("/")
     try:
         limit = RateLimit(int(calls), float(seconds))
@@ -113,12 +129,15 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     elif transport == "http":
         log.warning("no --audit-dir: the gateway's refusals reach only this log, not a chained audit log")
     if transport == "stdio":
-        asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, audit=audit, **options))
+        asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, audit=audit, readings_direct=direct,
+                                **options))
         return
     url = public_url or f"http://{host}:{port}/mcp"
     app = http_app(config, served, public_url=url, issuer_url=issuer_url or config.host,
-                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, rate_limit=limit, audit=audit, **options)
-    click.echo(f"corral mcp: serving namespaces {', '.join(served)} at {url} (bearer: a Kubernetes token)", err=True)
+                   allowed_hosts=list(allowed_hosts), wait_s=wait_s, rate_limit=limit, audit=audit,
+                   audience=audience, readings_direct=direct, **options)
+    click.echo(f"corral mcp: serving namespaces {', '.join(served)} at {url} (bearer: a Kubernetes token for "
+               f"audience {audience}, e.g. kubectl create token SA --audience {audience})", err=True)
     asyncio.run(serve_http(app, host, port, audit))
 
 

@@ -1,13 +1,17 @@
 """The gateway's two transports: stdio (the kubeconfig's user) and Streamable HTTP (each request's bearer token).
 
-Over HTTP the SDK's bearer-auth middleware answers a missing or invalid token
-with 401 and a WWW-Authenticate header pointing at the protected-resource
-metadata (RFC 9728), whose authorization server is the cluster's token issuer.
-DNS-rebinding protection (Host and Origin checks) is always on.
+Over HTTP a missing or refused token gets 401 with a WWW-Authenticate header
+pointing at the protected-resource metadata (RFC 9728), whose authorization
+server is the cluster's token issuer: the SDK's bearer-auth middleware, whose
+challenge on the MCP endpoint is ours so that it says what was wrong with the
+token (not a JWT, another audience, expired, refused by the API server) and how
+to mint a right one. DNS-rebinding protection (Host and Origin checks) is always
+on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from typing import Any
@@ -15,7 +19,7 @@ from urllib.parse import urlsplit
 
 import kubernetes
 import uvicorn
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAuthMiddleware
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
@@ -23,11 +27,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from corral.api.codes import GATEWAY_AUDIENCE
 from corral.audit.component import Audit
+from corral.gateway import readings
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
 from corral.gateway.server import Gateway, RateLimit, instructions
 from corral.gateway.view import Views, nothing_visible_note
@@ -36,7 +44,8 @@ log = logging.getLogger(__name__)
 
 
 async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[str], *, wait_s: float,
-                      rate_limit: RateLimit | None = None, audit: Audit | None = None, **view_options: Any) -> None:
+                      rate_limit: RateLimit | None = None, audit: Audit | None = None,
+                      readings_direct: readings.Direct | None = None, **view_options: Any) -> None:
     caller = Caller("kubeconfig", config)
     views = Views(namespaces, **view_options)
     # The caller is known before any client connects: an empty view is said at once (Views logs it on stderr;
@@ -44,7 +53,8 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
     view = await views.of(caller)
     empty = None if view.visible() else nothing_visible_note(view.username, namespaces)
     gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit,
-                      instructions=instructions(namespaces, empty), audit=audit.log if audit else None)
+                      instructions=instructions(namespaces, empty), audit=audit.log if audit else None,
+                      readings_direct=readings_direct)
     if audit is not None:
         await audit.start()
     try:
@@ -52,13 +62,50 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
             await gateway.server.run(read, write, gateway.server.create_initialization_options())
     finally:
         views.stop()
+        await gateway.readings.close()
         if audit is not None:
             await audit.stop()
 
 
+def _bearer(scope: Scope) -> str | None:
+    header = Headers(scope=scope).get("authorization")
+    return header[7:] if header and header.lower().startswith("bearer ") else None  # as the SDK's BearerAuthBackend
+
+
+def _quotable(text: str) -> str:
+    """Text fit for a quoted-string of WWW-Authenticate (RFC 6750 §3: printable ASCII but \" and \\)."""
+    return "".join(c if " " <= c <= "~" and c not in '"\\' else "'" if c == '"' else "?" for c in text)
+
+
+class RequireToken:
+    """In place of the SDK's RequireAuthMiddleware on the MCP endpoint (it stays inside, for everything else):
+    a request without an authenticated user gets the same 401 challenge, `Bearer resource_metadata="…",
+    error="invalid_token", error_description="…"`, with a description and JSON body that say what was wrong with
+    the token and name the kubectl command that mints a right one."""
+
+    def __init__(self, inner: RequireAuthMiddleware, verifier: KubeTokenVerifier) -> None:
+        self.inner = inner
+        self.verifier = verifier
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if isinstance(scope.get("user"), AuthenticatedUser):
+            await self.inner(scope, receive, send)
+            return
+        description = _quotable(self.verifier.refusal(_bearer(scope)))
+        metadata = self.inner.resource_metadata_url
+        challenge = [f'resource_metadata="{metadata}"'] if metadata else []
+        challenge += ['error="invalid_token"', f'error_description="{description}"']
+        body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", ("Bearer " + ", ".join(challenge)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, public_url: str, issuer_url: str,
              allowed_hosts: list[str], wait_s: float, rate_limit: RateLimit | None = None,
-             audit: Audit | None = None, **view_options: Any) -> Starlette:
+             audit: Audit | None = None, audience: str = GATEWAY_AUDIENCE,
+             readings_direct: readings.Direct | None = None, **view_options: Any) -> Starlette:
     base = anonymous(config)
     views = Views(namespaces, **view_options)
 
@@ -71,19 +118,32 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         return Caller(token_key(token), base, token)
 
     gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces),
-                      audit=audit.log if audit else None)
+                      audit=audit.log if audit else None, readings_direct=readings_direct)
     public = urlsplit(public_url)
     hosts = sorted({public.netloc, "127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts})
     origins = sorted({f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")})
-    return gateway.server.streamable_http_app(
-        streamable_http_path=public.path or "/mcp",
+    verifier = KubeTokenVerifier(config, audience)
+    path = public.path or "/mcp"
+    app = gateway.server.streamable_http_app(
+        streamable_http_path=path,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins),
+        # The resource (RFC 9728) is the public URL, as a client must find it; the audience a token must carry is
+        # the verifier's (a Kubernetes TokenRequest audience), so the SDK's resource check stays off.
         auth=AuthSettings(issuer_url=AnyHttpUrl(issuer_url), resource_server_url=AnyHttpUrl(public_url),
                           validate_token_resource=False),
-        token_verifier=KubeTokenVerifier(config),
+        token_verifier=verifier,
         custom_starlette_routes=[Route("/healthz", lambda request: PlainTextResponse("ok"))],
     )
+    guarded = [i for i, route in enumerate(app.router.routes) if isinstance(route, Route) and route.path == path
+               and isinstance(route.endpoint, RequireAuthMiddleware)]
+    if len(guarded) != 1:
+        raise RuntimeError(f"the MCP SDK's app has {len(guarded)} token-guarded routes at {path}, not one")
+    inner = app.router.routes[guarded[0]]
+    assert isinstance(inner, Route) and isinstance(inner.endpoint, RequireAuthMiddleware)
+    app.router.routes[guarded[0]] = Route(path, endpoint=RequireToken(inner.endpoint, verifier), methods=inner.methods)
+    app.state.gateway = gateway  # serve_http closes what it holds open
+    return app
 
 
 async def serve_http(app: Starlette, host: str, port: int, audit: Audit | None = None) -> None:
@@ -97,5 +157,8 @@ async def serve_http(app: Starlette, host: str, port: int, audit: Audit | None =
     try:
         await server.serve()
     finally:
+        gateway = getattr(app.state, "gateway", None)
+        if isinstance(gateway, Gateway):
+            await gateway.readings.close()
         if audit is not None:
             await audit.stop()  # the final checkpoint
