@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -69,16 +70,22 @@ def test_the_demo_runs_the_product_and_a_stop_signal_ends_all_of_it_even_with_si
         assert f"http://127.0.0.1:{port}/mcp" in text and "kubectl get devices -n home" in text
         token = (state / "agent-token").read_text()
 
-        async def agent() -> tuple[list[str], int]:
+        async def agent() -> tuple[list[str], int, dict[str, Any]]:
             async with http_client(f"http://127.0.0.1:{port}/mcp", token, mode=MODERN) as client:
                 tools = [t.name for t in (await client.list_tools()).tools]
                 devices = (await client.call_tool("iot.list_devices", {})).structured_content["devices"]
-                return tools, len(devices)
+                read = await client.call_tool("iot.read", {"device_id": "home/bedroom-fan", "window_s": 0})
+                return tools, len(devices), dict(read.structured_content or {})
 
-        tools, devices = asyncio.run(agent())
+        tools, devices, read = asyncio.run(agent())
         assert "iot.control" in tools and devices == 43
+        assert "metrics" in read, read
         plane = DevPlane(state).running()
         assert plane is not None
+        raw = subprocess.run([str(plane.kubectl), "--kubeconfig", str(plane.kubeconfig), "get", "--raw",
+                              "/apis/readings.corral.dev/v1alpha1/namespaces/home/devices/bedroom-fan"],
+                             capture_output=True, text=True, timeout=30)
+        assert raw.returncode == 0 and json.loads(raw.stdout)["kind"] == "DeviceReadings", raw.stderr
         assert demo.stdout is not None
         demo.stdout.close()  # the reader is gone: every write to the pipe fails from now on
         demo.send_signal(signal.SIGINT)

@@ -3,7 +3,7 @@ against the real control plane, the controller and simulated firmware.
 
 Three identities, each a ServiceAccount with its own token and Role:
 - reader: may read only kitchen-light (the `read` verb is granted by resource name);
-- operator: reads everything, writes (so it sees iot.control), patches Devices;
+- operator: reads everything, writes (so it sees iot.control), annotates Devices (the overlay, by Intent);
 - approver: approves, with `corral approve` as a person would.
 """
 
@@ -38,6 +38,7 @@ from tests.gateway_harness import (
     ONE_WORKER,
     HttpGateway,
     capabilities_readable,
+    gateway_token,
     http_client,
     kubeconfig_for,
     stdio_client,
@@ -47,6 +48,7 @@ from tests.harness import api_client, apply_yaml, service_account_token, wait_fo
 pytestmark = pytest.mark.integration
 
 FLEET = {"kitchen-light": "light", "front-lock": "lock", "hall-fan": "env_fan"}
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"  # the API server's audience, not the gateway's
 
 RBAC = """
 apiVersion: rbac.authorization.k8s.io/v1
@@ -61,7 +63,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {{name: operator}}
 rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, patch, read, listen, write]}}
+- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, watch, annotate, read, listen, write]}}
 - {{apiGroups: [corral.dev], resources: [intents], verbs: [get, create]}}
 - {{apiGroups: [events.k8s.io], resources: [events], verbs: [list]}}
 ---
@@ -115,7 +117,7 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
     tokens, kubeconfigs = {}, {}
     for who in ("reader", "operator", "approver"):
         apply_yaml(corral_api, BINDINGS.format(ns=namespace, who=who), namespace)
-        tokens[who] = service_account_token(corral_api, namespace, who)
+        tokens[who] = gateway_token(corral_api, namespace, who)  # for the HTTP gateway; the API server takes it too
         kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
         wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
     with capabilities_readable(corral_api, namespace, *tokens), running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
@@ -147,9 +149,9 @@ def test_two_callers_with_different_roles_see_different_tools_and_devices_over_s
     async def scenario() -> None:
         async with stdio_client(home.kubeconfigs["reader"], mode=mode) as reader, \
                 stdio_client(home.kubeconfigs["operator"], mode=mode) as operator:
-            assert names(await reader.list_tools()) == ["iot.intent_status", "iot.list_devices", "iot.query"]
+            assert names(await reader.list_tools()) == ["iot.intent_status", "iot.list_devices", "iot.query", "iot.read"]
             assert names(await operator.list_tools()) == [
-                "iot.control", "iot.intent_status", "iot.list_devices", "iot.query",
+                "iot.control", "iot.intent_status", "iot.list_devices", "iot.query", "iot.read",
                 "iot.set_alias", "iot.set_location", "iot.set_note"]
             listed = await reader.call_tool("iot.query", {})
             assert [d["device_id"] for d in listed.structured_content["devices"]] == [f"{home.namespace}/kitchen-light"]
@@ -216,6 +218,9 @@ def test_arguments_outside_the_contract_are_refused_at_the_gateway_with_what_is_
     assert "is set with action 'set_state'" in wrong_action.content[0].text
     assert "no actuator 'siren'" in no_siren.content[0].text and "power (set_state)" in no_siren.content[0].text
     assert "request_id must be" in bad_id.content[0].text
+    # The one vocabulary: the code an Intent would have ended with, in structuredContent.
+    assert [r.structured_content["code"] for r in (too_bright, wrong_action, no_siren, bad_id)] == [
+        "DENY_ARGUMENTS", "DENY_UNKNOWN_ACTION", "DENY_UNKNOWN_ACTION", "DENY_ARGUMENTS"]
     intents = kubernetes.client.CustomObjectsApi(home.admin).list_namespaced_custom_object(
         GROUP, VERSION, home.namespace, "intents")["items"]
     assert intents == [], "nothing refused at the gateway may become an Intent"
@@ -263,7 +268,7 @@ def test_a_caller_waiting_for_an_approval_holds_no_thread_another_callers_50_cal
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                     "name": f"{home.namespace}-capabilities"},
         "subjects": [{"kind": "ServiceAccount", "name": "operator-b", "namespace": home.namespace}]})
-    b_token = service_account_token(home.admin, home.namespace, "operator-b")
+    b_token = gateway_token(home.admin, home.namespace, "operator-b")
     wait_until_allowed(api_client(home.plane, token=b_token), "write", home.namespace, "devices")
     gateway = HttpGateway(home.plane, home.namespace, tmp_path / "one-worker-gateway.log", "--rate-limit", "0/1",
                           command=ONE_WORKER)
@@ -413,7 +418,8 @@ def test_a_modern_listen_stream_gets_the_snapshot_then_updates_only_for_devices_
 def test_http_without_a_valid_token_is_401_with_protected_resource_metadata(home: Home) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    for token in (None, "not-a-kubernetes-token"):
+    wrong_audience = service_account_token(home.admin, home.namespace, "operator", audience=API_AUDIENCE)
+    for token in (None, "not-a-kubernetes-token", home.plane.user_token, wrong_audience):
         request = urllib.request.Request(home.gateway.url, body, {**headers, **(
             {"Authorization": f"Bearer {token}"} if token else {})})
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -421,6 +427,7 @@ def test_http_without_a_valid_token_is_401_with_protected_resource_metadata(home
         assert refused.value.code == 401
         challenge = refused.value.headers["WWW-Authenticate"]
         assert challenge.startswith("Bearer") and "resource_metadata=" in challenge
+        assert "kubectl create token SA --audience corral-gateway" in json.load(refused.value)["error_description"]
     metadata_url = challenge.split('resource_metadata="')[1].split('"')[0]
     with urllib.request.urlopen(metadata_url, timeout=10) as response:
         metadata = json.load(response)
@@ -444,9 +451,11 @@ def test_the_overlay_tools_store_clean_text_and_the_diagnosis_prompt_walks_throu
             return alias.structured_content, query.structured_content["device"], prompt.messages[0].content.text
 
     alias, queried, prompt = run(scenario())
-    assert alias["value"].startswith("Kitchen light[31m") and len(alias["value"]) == 64
-    stored = device(home.admin, home.namespace, "kitchen-light")["spec"]["overlay"]["alias"]
-    assert stored == alias["value"] == queried["alias"]
+    assert alias["code"] == "EXECUTED", alias
+    assert alias["value"].startswith("Kitchen light[31m") and len(alias["value"]) <= 64
+    stored = device(home.admin, home.namespace, "kitchen-light")["spec"]["overlay"]
+    assert stored["alias"] == alias["value"]
+    assert stored["alias"] == queried["alias"] or queried["alias"] == "", "the view shows it, or not yet"
     assert f"Diagnose device {home.namespace}/kitchen-light" in prompt
     assert "Recent events" in prompt and "(cannot read Events" not in prompt
 
@@ -486,6 +495,7 @@ def test_a_flooding_agent_is_rate_limited_alone_and_nothing_it_floods_is_request
         limited.stop()
     assert [c.is_error for c in calls] == [False, False, False, True, True]
     assert calls[3].content[0].text.startswith("RATE_LIMITED: at most 3 control calls per 60 s per caller")
+    assert calls[3].structured_content["code"] == "RATE_LIMITED"
     assert not other.is_error, "another caller is not slowed down by the flood"
     names = {i["metadata"]["name"] for i in kubernetes.client.CustomObjectsApi(home.admin).list_namespaced_custom_object(
         GROUP, VERSION, home.namespace, "intents")["items"]}

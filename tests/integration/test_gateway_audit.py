@@ -99,7 +99,7 @@ def check_record(plane: Plane, corral_api: kubernetes.client.ApiClient, namespac
                  tmp_path: Path) -> None:
     objects = kubernetes.client.CustomObjectsApi(corral_api)
     refusals = [r for r in read_records(audit_dir) if r.kind == "gateway.refused"]
-    assert [r.data["code"] for r in refusals] == ["UNKNOWN_TOOL", "REFUSED", "REFUSED"]
+    assert [r.data["code"] for r in refusals] == ["DENY_UNKNOWN_ACTION", "DEVICE_GONE", "DENY_ARGUMENTS"]
     assert all(r.subject == f"system:serviceaccount:{namespace}:agent" for r in refusals)
     assert "front-door" in refusals[1].data["arguments"] and "No device" in refusals[1].data["message"]
     assert "500" in refusals[2].data["arguments"], refusals[2].data

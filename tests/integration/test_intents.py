@@ -121,7 +121,7 @@ def test_the_same_request_twice_runs_once_and_a_reused_name_is_a_conflict(home: 
         ("reader", ("kitchen-light", "power", "set_state", True), {}, "DENY_SCOPE", "'write' verb"),
         ("operator", ("kitchen-light", "firmware", "set_version", "1.3.0"), {}, "DENY_SCOPE", "'config' verb"),
         ("operator", ("hall-fan", "fan", "set_level", "high"),
-         {"basedOn": [{"metric": "temperature", "ts": 1_000}]}, "DENY_SENSOR", "s old"),
+         {"basedOn": [{"metric": "temperature", "ts": 1_000}]}, "DENY_SENSOR", "is not a sample the controller received"),
         ("operator", ("ghost-device", "power", "set_state", True), {}, "DEVICE_GONE", "does not exist"),
     ],
 )
@@ -135,11 +135,16 @@ def test_refusals_carry_their_code_and_reason_and_nothing_reaches_a_device(
     assert {d: len(home.applies(d)) for d in FLEET} == before
 
 
-def test_a_fresh_observation_is_accepted(home: Home) -> None:
-    now_ms = int(time.time() * 1000)
+def test_a_recent_looking_ts_that_never_arrived_is_no_evidence(home: Home) -> None:
+    # Once it was enough to be young by the clock; now the cited sample must be one the controller received.
+    # Citing one that did arrive: tests/integration/test_agent_reliance.py.
+    invented = int(time.time() * 1000) - 137
     intent = ask(home, "operator", home.operator, "hall-fan", "fan", "set_level", "mid",
-                 basedOn=[{"metric": "temperature", "ts": now_ms}])
-    assert status(intent) == ("Succeeded", "EXECUTED")
+                 basedOn=[{"metric": "temperature", "ts": invented}])
+    assert status(intent) == ("Denied", "DENY_SENSOR")
+    assert f"ts={invented} is not a sample the controller received" in intent["status"]["message"]
+    # And what to cite instead: the freshest sample, or (none arrived yet) to wait for one.
+    assert "cite" in intent["status"]["message"]
 
 
 def test_a_high_risk_write_waits_for_an_approver_then_runs_exactly_once(home: Home) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import given
@@ -19,10 +20,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from corral.api.approval import ApprovalSpec
-from corral.api.intent import IntentSpec
+from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, IntentSpec
 from corral.contract.values import InvalidValue, check
+from corral.decide.decision import DeviceFacts, IntentFacts, decide
 from corral.devices import messages
-from corral.gateway.toolset import OVERLAY_LIMITS, ArgumentError, clean_overlay, intent_spec
+from corral.gateway.toolset import ArgumentError, intent_spec
 from tests.unit.test_gateway_exposure import CONTRACT, seen
 
 HOSTILE_TEXT = st.one_of(
@@ -89,10 +91,14 @@ def test_control_arguments_either_fit_the_contract_or_are_refused(
     IntentSpec.model_validate(spec)
 
 
-@given(st.sampled_from(sorted(OVERLAY_LIMITS)), HOSTILE_TEXT)
-def test_overlay_text_is_stored_clean_and_capped(field: str, text: str) -> None:
-    stored = clean_overlay(field, text)
-    assert not CONTROL.search(stored) and len(stored) <= OVERLAY_LIMITS[field]
+@given(st.sampled_from(sorted(OVERLAY_ACTIONS)), HOSTILE_TEXT)
+def test_overlay_text_is_stored_clean_and_capped(action: str, text: str) -> None:
+    field = OVERLAY_ACTIONS[action]
+    facts = IntentFacts(uid="u", name="n", device="d", actuator=field, action=action, value=text, requester="agent",
+                        created_at=datetime.now(UTC))
+    decision = decide(facts, DeviceFacts(False, None, None, None), True, [], "0" * 64, datetime.now(UTC))
+    assert decision.outcome == "execute" and isinstance(decision.value, str)
+    assert not CONTROL.search(decision.value) and len(decision.value) <= OVERLAY_LIMITS[field]
 
 
 @given(st.dictionaries(st.sampled_from(["device", "actuator", "action", "params", "reason", "requester", "basedOn",

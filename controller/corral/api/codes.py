@@ -13,13 +13,19 @@ from typing import Final, Literal, get_args
 GROUP: Final = "corral.dev"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
+# The controller's readings, served as an aggregated API (APIService v1alpha1.readings.corral.dev).
+READINGS_GROUP: Final = "readings.corral.dev"
 
 # Field managers of server-side apply: who owns which part of an object. Executed Intents own the target
 # fields they set under a name of their own, so that a person's `kubectl apply --server-side` and an
 # agent's Intent never overwrite each other silently: whoever comes second gets a conflict.
 CONTROLLER_MANAGER: Final = "corral-controller"  # status, registrations, Capabilities
 INTENTS_MANAGER: Final = "corral-intents"  # spec.target fields set by executed Intents
-OVERLAY_MANAGER: Final = "corral-overlay"  # spec.overlay (alias, location, notes) set through the gateway
+OVERLAY_MANAGER: Final = "corral-overlay"  # spec.overlay (alias, location, notes) set by executed overlay Intents
+
+# The audience the MCP gateway accepts tokens for over HTTP (`kubectl create token SA --audience corral-gateway`);
+# the API server's --api-audiences must include it, so that the same token also works against the API server.
+GATEWAY_AUDIENCE: Final = "corral-gateway"
 
 DecisionCode = Literal[
     "EXECUTED",
@@ -47,8 +53,9 @@ DECISION_CODES: Final[tuple[DecisionCode, ...]] = get_args(DecisionCode)
 PendingCode = Literal["AWAITING_APPROVAL", "PENDING"]
 OUTCOME_CODES: Final[tuple[DecisionCode | PendingCode, ...]] = (*DECISION_CODES, *get_args(PendingCode))
 
-Phase = Literal["Pending", "AwaitingApproval", "Executing", "Succeeded", "Denied", "Failed"]
-FinalPhase = Literal["Succeeded", "Denied", "Failed"]
+Phase = Literal["Pending", "AwaitingApproval", "Executing", "Succeeded", "Denied", "Failed", "DryRun"]
+# DryRun: every check ran and the outcome is on record; nothing was (or ever will be) executed.
+FinalPhase = Literal["Succeeded", "Denied", "Failed", "DryRun"]
 FINAL_PHASES: Final[frozenset[str]] = frozenset(get_args(FinalPhase))
 
 # Codes that end an Intent after something was (or may have been) tried on the device; every other final

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -12,16 +12,25 @@ from corral.api.codes import DecisionCode, Phase
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
 
-Level = Literal["read", "listen", "write", "config"]
+Level = Literal["read", "listen", "write", "config", "annotate"]
 
+# The overlay (what people call a device, where it is, notes) is set by Intents too, with a verb of its own:
+# `annotate` on devices grants the overlay and nothing else, so no agent needs `patch` (which would also
+# reach spec.target). The Intent's actuator names the overlay field.
+OVERLAY_ACTIONS: Final[dict[str, str]] = {"set_alias": "alias", "set_note": "notes", "set_location": "location"}
+OVERLAY_LIMITS: Final[dict[str, int]] = {"alias": 64, "location": 64, "notes": 512}
+OVERLAY_VERB: Final = "annotate"
 
-# Every action kind of the contract allow-list, plus `read`: a fresh read of one actuator or sensor,
-# answered from the device without changing any target. Built from the allow-list, so it cannot drift from
-# it; type checkers see a str, pydantic (and the CRD schema) the exact list.
+# Every action kind of the contract allow-list, plus `read` (a fresh read of one actuator or sensor, answered
+# from the device without changing any target) and the overlay actions. Built from the allow-list, so it
+# cannot drift from it; type checkers see a str, pydantic (and the CRD schema) the exact list.
 if TYPE_CHECKING:
     IntentAction = str
 else:
-    IntentAction = Literal[(*get_args(ActionKind), "read")]
+    IntentAction = Literal[(*get_args(ActionKind), "read", *OVERLAY_ACTIONS)]
+
+# For a dry run: what the Intent would do, had it been a real one.
+WouldDo = Literal["execute", "await_approval", "await_hold", "final"]
 
 
 class Params(KubeModel):
@@ -69,13 +78,28 @@ class IntentSpec(KubeModel):
         description="Username of the creator; the API server rejects any other value. Immutable."
     )
     based_on: Annotated[list[Observation], Field(max_length=16)] = Field(
-        default_factory=list, description="Sensor readings the request relies on, checked for freshness."
+        default_factory=list,
+        description="Sensor readings the request relies on: each must be a sample the controller received (its ts), "
+                    "received recently enough.",
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="Run every check and record the outcome it would have, executing nothing. Immutable like the "
+                    "rest of the spec, so a dry-run Intent can never run.",
     )
 
     @model_validator(mode="after")
     def _params_unless_read(self) -> IntentSpec:
         if self.action != "read" and self.params is None:
             raise ValueError("params.value is required: every action but read sets a target value")
+        field = OVERLAY_ACTIONS.get(self.action)
+        if field is not None:
+            if self.actuator != field:
+                raise ValueError(f"action {self.action} sets the overlay field {field!r}: actuator must be {field!r}")
+            value = self.params.value if self.params is not None else None
+            if not isinstance(value, str) or len(value) > OVERLAY_LIMITS[field]:
+                raise ValueError(f"{self.action} takes a string of at most {OVERLAY_LIMITS[field]} characters "
+                                 "(empty deletes it)")
         return self
 
 
@@ -83,7 +107,9 @@ class IntentStatus(KubeModel):
     """The decision and its outcome; written only by the controller."""
 
     phase: Phase | None = Field(
-        default=None, description="Pending, AwaitingApproval, Executing, or final: Succeeded, Denied, Failed."
+        default=None,
+        description="Pending, AwaitingApproval, Executing, or final: Succeeded, Denied, Failed, or DryRun (checked, "
+                    "never executed).",
     )
     code: DecisionCode | None = Field(default=None, description="The final decision code (see DESIGN.md).")
     message: Text1024 = Field(default="", description="Human-readable explanation of the decision.")
@@ -112,6 +138,11 @@ class IntentStatus(KubeModel):
         default=None, description="The device's reported state after execution (from its ack)."
     )
     decided_at: datetime | None = Field(default=None, description="When the final code was set.")
+    would: WouldDo | None = Field(
+        default=None,
+        description="For a dry run (phase DryRun): what the Intent would do: execute, await_approval, await_hold, "
+                    "or final (its code in code).",
+    )
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
         default_factory=list,
         description="Aspects of the Intent's progress.",

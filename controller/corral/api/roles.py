@@ -2,14 +2,15 @@
 
 The Helm chart ships the same rules (charts/corral/templates/user-roles.yaml; a test keeps them equal);
 `corral demo` applies these. Agents never get `patch` on devices: editing spec.target directly would
-bypass Intents, approvals and the audit trail.
+bypass Intents, approvals and the audit trail; the overlay has a verb of its own (`annotate`), which an
+overlay Intent needs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from corral.api.codes import GROUP
+from corral.api.codes import GROUP, READINGS_GROUP
 
 
 def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
@@ -20,16 +21,26 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
     "agent-reader": [
         _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen"]),
         _rule(GROUP, ["intents"], ["get", "list", "watch"]),
+        # The rules that may deny them: agents see them (iot.query lists them per device), never change them.
+        _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
+        # Samples through the API server (APIService readings.corral.dev): the API server wants `get` on the
+        # aggregated resource before it passes a request on; the controller then asks for `listen`.
+        _rule(READINGS_GROUP, ["devices"], ["get"]),
     ],
     "agent-operator": [
-        _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen", "write"]),
+        # annotate: the overlay (alias, note, location), set by Intents; it gives no control over spec.target
+        _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen", "write", "annotate"]),
         # watch: the gateway follows an Intent to its outcome instead of polling it
         _rule(GROUP, ["intents"], ["get", "list", "watch", "create"]),
+        _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
+        _rule(READINGS_GROUP, ["devices"], ["get"]),
     ],
     "approver": [
         _rule(GROUP, ["devices"], ["get", "list", "read", "approve"]),
         _rule(GROUP, ["intents"], ["get", "list", "watch"]),
         _rule(GROUP, ["approvals"], ["get", "list", "create"]),
+        # People keep the safety rules: whoever may approve actions on devices may also forbid them.
+        _rule(GROUP, ["interlocks"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
         _rule("events.k8s.io", ["events"], ["list"]),
     ],
     # Capabilities are device-type contracts (cluster-scoped, not secret); agents need them to see actions.

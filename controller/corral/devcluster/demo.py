@@ -26,7 +26,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import kubernetes
 import yaml
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import GATEWAY_AUDIENCE, GROUP, VERSION
 from corral.api.roles import user_roles
 from corral.client import enroll as enrollment
 from corral.client.apply import apply_yaml
@@ -35,7 +35,9 @@ from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.plane import DevPlane, find_mosquitto
 from corral.devcluster.processes import accepts_connections, free_port, port_is_free
+from corral.devcluster.readings_api import register_readings_api, unregister_readings_api
 from corral.devices.credentials import write_credentials
+from corral.gateway.identity import Caller, anonymous
 from corral_sim.fleet import DeviceSpec
 from corral_sim.presets import preset
 
@@ -86,6 +88,7 @@ class Demo:
     gateway_port: int = 8000
     children: list[Child] = field(default_factory=list)
     _plane: DevPlane | None = None
+    _readings_api: kubernetes.client.ApiClient | None = None  # registered the APIService with this client
 
     # ---- start -----------------------------------------------------------------------------------------------
 
@@ -108,19 +111,39 @@ class Demo:
         audit_port = AUDIT_PORT if port_is_free(AUDIT_PORT) else free_port()
         self.progress(f"the audit log: corral audit show --server https://127.0.0.1:{audit_port} --ca-file "
                       f"{self.state_dir / 'audit-keys' / 'serving-ca.crt'} (files in {self.state_dir / 'audit'})")
+        # On the local plane the readings are an aggregated API too: the controller believes its front proxy.
+        front_proxy = self._front_proxy_ca()
         self._spawn("controller", ["run", "--mqtt", broker_at.controller_url, "--watch-namespace", self.namespace,
                                    "--health-port", str(health), "--serve-port", str(audit_port),
                                    "--audit-dir", str(self.state_dir / "audit"),
                                    "--audit-checkpoint", f"{self.namespace}/corral-controller",
-                                   "--audit-key", str(self.state_dir / "audit-keys" / "controller.pem")], env, logs)
+                                   "--audit-key", str(self.state_dir / "audit-keys" / "controller.pem"),
+                                   *(["--requestheader-client-ca-file", str(front_proxy)] if front_proxy else [])],
+                    env, logs)
+        self._wait_healthy("controller", f"http://127.0.0.1:{health}/healthz")
+        serving_ca = self.state_dir / "audit-keys" / "serving-ca.crt"
+        if front_proxy is not None:
+            register_readings_api(admin, audit_port, serving_ca.read_bytes())
+            self._readings_api = admin
+            self.progress("readings: kubectl get --raw /apis/readings.corral.dev/v1alpha1/namespaces/"
+                          f"{self.namespace}/devices/NAME")
+        # Readings straight from the controller's server (whose CA it has made by now), as the caller.
         self._spawn("gateway", ["mcp", "--transport", "http", "-n", self.namespace, "--port",
                                 str(self.gateway_port), "--audit-dir", str(self.state_dir / "gateway-audit"),
-                                "--audit-key", str(self.state_dir / "audit-keys" / "gateway.pem")], env, logs)
-        self._wait_healthy("controller", f"http://127.0.0.1:{health}/healthz")
+                                "--audit-key", str(self.state_dir / "audit-keys" / "gateway.pem"),
+                                "--readings-url", f"https://127.0.0.1:{audit_port}", "--readings-ca", str(serving_ca)],
+                    env, logs)
         self._wait_healthy("gateway", f"http://127.0.0.1:{self.gateway_port}/healthz")
         self._wait_registered(admin, len(devices))
         return Ready(kubeconfig, self.namespace, broker_at.device_url, f"http://127.0.0.1:{self.gateway_port}/mcp",
                      token_file, len(devices), own_plane)
+
+    def _front_proxy_ca(self) -> Path | None:
+        """The local plane's front-proxy CA, when the demo runs on it (a real cluster's is its own business)."""
+        if self.kubeconfig is not None:
+            return None
+        found = DevPlane(self.state_dir).running()
+        return found.front_proxy_ca if found is not None and found.front_proxy_ca.is_file() else None
 
     def _cluster_and_broker(self, logs: Path) -> tuple[Path, BrokerAt, bool]:
         if self.kubeconfig is None:
@@ -202,13 +225,30 @@ class Demo:
         return docs
 
     def _agent_token(self, admin: kubernetes.client.ApiClient) -> Path:
-        request = {"spec": {"audiences": [], "expirationSeconds": 86400}}
+        # For the gateway's audience: over HTTP it accepts no other (`kubectl create token agent --audience ...`).
+        request = {"spec": {"audiences": [GATEWAY_AUDIENCE], "expirationSeconds": 86400}}
         token = kubernetes.client.CoreV1Api(admin).create_namespaced_service_account_token(
             "agent", self.namespace, request).status.token
+        self._check_audience(admin, token)
         path = self.state_dir / "agent-token"
         path.touch(mode=0o600)
         path.write_text(token)
         return path
+
+    def _check_audience(self, admin: kubernetes.client.ApiClient, token: str) -> None:
+        """The API server must accept tokens for the gateway's audience too (every call the gateway makes for an
+        agent carries the agent's token): say so now, not as a 401 to every agent."""
+        with Caller("demo-agent", anonymous(admin.configuration), token).new_client() as client:
+            try:
+                kubernetes.client.AuthenticationV1Api(client).create_self_subject_review({})
+            except kubernetes.client.ApiException as err:
+                if err.status != 401:
+                    raise
+                raise DevClusterError(
+                    f"the cluster's API server refuses tokens for the audience {GATEWAY_AUDIENCE}, the only ones the "
+                    f"MCP gateway accepts: add it to the API server's --api-audiences, keeping the ones it has (k3s: "
+                    f"--kube-apiserver-arg=api-audiences=https://kubernetes.default.svc.cluster.local,k3s,"
+                    f"{GATEWAY_AUDIENCE})") from None
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
         log = logs / f"{name}.log"
@@ -267,6 +307,13 @@ class Demo:
                 child.proc.wait(5)
             self.progress(f"stopped the {child.name}")
         self.children.clear()
+        if self._readings_api is not None:
+            # An APIService nobody serves makes API discovery fail for every kubectl on a plane that stays up.
+            try:
+                unregister_readings_api(self._readings_api)
+            except (kubernetes.client.ApiException, OSError) as err:
+                self.progress(f"could not remove the readings APIService: {err}")
+            self._readings_api = None
         if self._plane is not None:
             for line in self._plane.down():
                 self.progress(line)

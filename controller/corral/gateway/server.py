@@ -25,14 +25,22 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from corral import __version__
-from corral.api.codes import FINAL_PHASES, GROUP, OVERLAY_MANAGER, VERSION
+from corral.api.codes import FINAL_PHASES, DecisionCode
 from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
 from corral.client.intents import submit_async
+from corral.gateway import readings
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
-from corral.gateway.toolset import MAX_WAIT_S, OVERLAY_TOOLS, ArgumentError, clean_overlay, intent_spec
+from corral.gateway.toolset import (
+    MAX_READ_WINDOW_S,
+    MAX_WAIT_S,
+    OVERLAY_TOOLS,
+    ArgumentError,
+    intent_spec,
+    overlay_spec,
+)
 from corral.gateway.view import CallerView, Views
 from corral.gateway.visible import INDEX_URI
 from corral.obs import metrics, tracing
@@ -98,8 +106,9 @@ def instructions(namespaces: list[str], nothing_visible: str | None = None) -> s
 class Gateway:
     def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0,
                  rate_limit: RateLimit | None = None, instructions: str = INSTRUCTIONS,
-                 audit: AuditLog | None = None) -> None:
+                 audit: AuditLog | None = None, readings_direct: readings.Direct | None = None) -> None:
         self.views = views
+        self.readings = readings.Readings(readings_direct)  # direct None: through the API server's APIService
         self.audit = audit  # the gateway's own chained log: what it refused, and why
         self.caller_of = caller_of
         self.wait_s = wait_s
@@ -146,17 +155,18 @@ class Gateway:
         name = params.name
         fixed = any(t["name"] == name for t in view.tools())
         if not fixed and name not in view.device_tool_map():
-            # A tool the caller was not shown does not exist for it.
+            # A tool the caller was not shown does not exist for it: a protocol error, as MCP says, with the code.
             metrics.TOOL_CALLS.labels(tool="unknown", outcome="unknown_tool").inc()
-            self._refused(view, name, params.arguments, "UNKNOWN_TOOL", f"Unknown tool: {name}")
-            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+            message = f"Unknown tool: {name}"
+            self._refused(view, name, params.arguments, "DENY_UNKNOWN_ACTION", message)
+            raise MCPError(types.INVALID_PARAMS, message, {"code": "DENY_UNKNOWN_ACTION", "message": message})
         result = await self._call(view, name, dict(params.arguments or {}))
-        code = (result.structured_content or {}).get("code") if isinstance(result.structured_content, dict) else None
-        text = result.content[0].text if result.is_error and result.content else ""  # type: ignore[union-attr]  # _error() makes text content
-        outcome = ("rate_limited" if text.startswith("RATE_LIMITED") else "error") if result.is_error else (code or "ok")
+        data = result.structured_content if isinstance(result.structured_content, dict) else {}
+        code = data.get("code")
+        outcome = ("rate_limited" if code == "RATE_LIMITED" else "error") if result.is_error else (code or "ok")
         metrics.TOOL_CALLS.labels(tool=name if fixed else "device_tool", outcome=outcome).inc()
         if result.is_error:
-            self._refused(view, name, params.arguments, "RATE_LIMITED" if outcome == "rate_limited" else "REFUSED", text)
+            self._refused(view, name, params.arguments, str(code), str(data.get("message", "")))
         return result
 
     def _refused(self, view: CallerView, tool: str, arguments: Any, code: str, message: str) -> None:
@@ -174,38 +184,80 @@ class Gateway:
             if name == "iot.list_devices":
                 return _ok({"devices": [d.summary() for d in view.visible()]})
             if name == "iot.query":
-                return self._query(view, args)
+                return await self._query(view, args)
+            if name == "iot.read":
+                return await self._read(view, args)
             if name == "iot.control":
                 return await self._control(view, args)
             if name == "iot.intent_status":
                 return await self._intent_status(view, args)
             if name in OVERLAY_TOOLS:
-                return await self._set_overlay(view, OVERLAY_TOOLS[name], args)
+                return await self._set_overlay(view, name, args)
             device, actuator, _ = view.device_tool_map()[name]
             return await self._control(view, {**args, "device_id": device.id, "actuator": actuator.id,
                                               "action": actuator.action, "params": {"value": args.get("value")}})
         except ArgumentError as err:
-            return _error(str(err))
+            return _refusal(err.code, str(err))
         except kubernetes.client.ApiException as err:
-            return _error(f"The Kubernetes API refused: {err.status} {err.reason}: {api_message(err)}")
+            return _refusal(_code_of(err.status), f"The Kubernetes API refused: {err.status} {err.reason}: "
+                                                  f"{api_message(err)}")
         except ApiError as err:
-            return _error(f"The Kubernetes API refused: {err.status} {err.reason}: {err.message}")
+            return _refusal(_code_of(err.status), f"The Kubernetes API refused: {err.status} {err.reason}: "
+                                                  f"{err.message}")
 
-    def _query(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
+    async def _query(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
         if args.get("device_id") in (None, ""):
             return _ok({"devices": [d.summary() for d in view.visible()]})
         device = _visible_device(view, args.get("device_id"))
-        return _ok({"device": device.detail(view.now())})
+        detail = device.detail(view.now())
+        if "listen" in device.levels:
+            # The latest sample the controller received, not the status (written at most every few seconds).
+            try:
+                latest = await self._readings(view, device.namespace, device.name, None, 0)
+                detail["sensors"] = {metric: {**item["samples"][-1], "unit": item.get("unit", "")}
+                                     for metric, item in latest["metrics"].items() if item["samples"]}
+            except readings.ReadingsUnavailable as err:
+                detail["sensors_note"] = f"From the Device status (the controller's readings: {err})."
+        return _ok({"device": detail})
+
+    async def _read(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
+        device = _visible_device(view, args.get("device_id"))
+        if "listen" not in device.levels:
+            raise ArgumentError(f"You may not read the samples of {device.id}: that needs the 'listen' verb on it.",
+                                "DENY_SCOPE")
+        metrics_asked = args.get("metrics")
+        if metrics_asked is not None and (not isinstance(metrics_asked, list)
+                                          or not all(isinstance(m, str) for m in metrics_asked)):
+            raise ArgumentError("metrics must be a list of metric names from iot.query.")
+        window_s = args.get("window_s", 60)
+        if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not 0 <= window_s <= MAX_READ_WINDOW_S:
+            raise ArgumentError(f"window_s must be a number of seconds from 0 to {MAX_READ_WINDOW_S}.")
+        try:
+            found = await self._readings(view, device.namespace, device.name, metrics_asked, float(window_s))
+        except readings.ReadingsUnavailable as err:
+            return _refusal("DEVICE_GONE", f"The readings of {device.id} could not be fetched: {err}")
+        return _ok({"device_id": device.id, "window_s": window_s, "now": found.get("now"),
+                    "metrics": found.get("metrics") or {}})
+
+    async def _readings(self, view: CallerView, namespace: str, name: str, metrics_asked: list[str] | None,
+                        window_s: float) -> dict[str, Any]:
+        document = await self.readings.fetch(view.follower.api, view.caller.authorization(), namespace, name,
+                                             metrics_asked, window_s)
+        for item in (document.get("metrics") or {}).values():
+            item["samples"] = [{"ts": s["ts"], "value": s["value"], "age_s": s["ageSeconds"]}
+                               for s in item.get("samples") or []]
+        return document
 
     async def _control(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
         wait = self.rate_limit.take(view.caller.key, asyncio.get_running_loop().time())
         if wait:
             log.warning("rate limit: refused a control call of %s", view.username)
-            return _error(f"RATE_LIMITED: at most {self.rate_limit.calls} control calls per "
-                          f"{self.rate_limit.per_s:g} s per caller; nothing was requested. Retry in {wait:.1f} s.")
+            return _refusal("RATE_LIMITED", f"at most {self.rate_limit.calls} control calls per "
+                                            f"{self.rate_limit.per_s:g} s per caller; nothing was requested. Retry in "
+                                            f"{wait:.1f} s.")
         device = _visible_device(view, args.get("device_id"))
         if device.namespace not in view.grants().create_intents:
-            raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.")
+            raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.", "DENY_SCOPE")
         request_id, spec = intent_spec(device, args, view.username or "", view.mqtt_id_of)
         with tracing.tracer().start_as_current_span("corral.gateway.control", attributes={
                 "corral.device": device.id, "corral.actuator": spec["actuator"], "corral.request_id": request_id}) as span:
@@ -249,16 +301,23 @@ class Gateway:
                     continue
                 raise
             return _ok(_outcome(intent, request_id))
-        raise ArgumentError(f"No request {request_id!r} that you can see.")
+        raise ArgumentError(f"No request {request_id!r} that you can see.", "DENY_SCOPE")
 
-    async def _set_overlay(self, view: CallerView, field: str, args: dict[str, Any]) -> types.CallToolResult:
+    async def _set_overlay(self, view: CallerView, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+        """An Intent like any other (action set_alias, set_note or set_location); the controller writes it."""
         device = _visible_device(view, args.get("device_id"))
-        if device not in view.patchable():
-            raise ArgumentError(f"You may not change Device {device.id}.")
-        argument = {"alias": "alias", "notes": "note", "location": "location"}[field]
-        text = clean_overlay(field, args.get(argument))
-        await blocking(_patch_overlay, view.client, device.namespace, device.name, field, text)
-        return _ok({"device_id": device.id, "field": argument, "value": text})
+        if device not in view.annotatable() or device.namespace not in view.grants().create_intents:
+            raise ArgumentError(f"You may not change the overlay of {device.id}: that needs the 'annotate' verb on it "
+                                "and the right to create Intents.", "DENY_SCOPE")
+        request_id, spec = overlay_spec(device, tool, args, view.username or "")
+        outcome = await self._submit_and_settle(view, device.namespace, request_id, spec)
+        _, field, argument = OVERLAY_TOOLS[tool]
+        value = (outcome.get("after") or {}).get(field, spec["params"]["value"])
+        result = {"device_id": device.id, "field": argument, "value": value, "request_id": request_id,
+                  "code": outcome["code"], "message": outcome["message"]}
+        if outcome["code"] in ("EXECUTED", "DEDUP", "PENDING"):
+            return _ok(result)
+        return _refusal(outcome["code"], outcome["message"], result)
 
     # ---- resources --------------------------------------------------------------------------------------------
 
@@ -266,7 +325,8 @@ class Gateway:
         view = await self.view(ctx)
         resources = [types.Resource(uri=INDEX_URI, name="devices", title="Devices you can see",
                                     mime_type="application/json")]
-        resources += [types.Resource(uri=d.uri, name=d.id, title=d.overlay.get("alias") or d.name,
+        # Titled by name: overlay text is data (in the contents), not a label another agent's client shows.
+        resources += [types.Resource(uri=d.uri, name=d.id, title=d.name,
                                      mime_type="application/json", description="State, sensors and actions.")
                       for d in view.visible()]
         return types.ListResourcesResult(resources=resources)
@@ -376,7 +436,7 @@ def _visible_device(view: CallerView, device_id: Any) -> Any:
     if device is None:
         # The same answer for a device that does not exist and one the caller may not read.
         raise ArgumentError(f"No device {device_id!r} among the devices you can see; device_id is namespace/name "
-                            "from iot.list_devices.")
+                            "from iot.list_devices.", "DEVICE_GONE")
     return device
 
 
@@ -392,8 +452,22 @@ def _ok(data: dict[str, Any]) -> types.CallToolResult:
                                 structured_content=data)
 
 
-def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+def _refusal(code: DecisionCode | str, message: str, extra: dict[str, Any] | None = None) -> types.CallToolResult:
+    """A refusal in the one vocabulary: the code in structuredContent (what an Intent would carry), and the text."""
+    data = {**(extra or {}), "code": code, "message": message}
+    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], structured_content=data,
+                                is_error=True)
+
+
+def _code_of(status: int) -> DecisionCode:
+    """The code for an API server's refusal of a call made as the caller."""
+    if status in (401, 403):
+        return "DENY_SCOPE"
+    if status in (400, 422):
+        return "DENY_ARGUMENTS"
+    if status == 404:
+        return "DEVICE_GONE"
+    return "FAILED"
 
 
 def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, message: str | None = None
@@ -408,8 +482,10 @@ def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, m
         if code == "AWAITING_APPROVAL":
             message = (f"{message} A human must approve Intent {intent['metadata']['name']} (corral approve "
                        f"{intent['metadata']['name']}); check back with iot.intent_status.").strip()
+    if phase == "DryRun":
+        code = {"await_approval": "AWAITING_APPROVAL", "await_hold": "PENDING"}.get(status.get("would") or "", code)
     meta = intent.get("metadata") or {}
-    return {"request_id": request_id, "intent": f"{meta.get('namespace')}/{meta.get('name')}", "code": code,
+    return {"request_id": request_id, "dry_run": phase == "DryRun", "intent": f"{meta.get('namespace')}/{meta.get('name')}", "code": code,
             "message": message, "phase": phase, "before": status.get("before"), "after": status.get("after")}
 
 
@@ -424,13 +500,6 @@ def _settled(intent: dict[str, Any]) -> bool:
 
 def _final(intent: dict[str, Any]) -> bool:
     return (intent.get("status") or {}).get("phase") in FINAL_PHASES
-
-
-def _patch_overlay(client: Client, namespace: str, name: str, field: str, text: str) -> None:
-    # A merge patch: null deletes the field. Overlay text is last-writer-wins people's data.
-    kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, "devices", name, {"spec": {"overlay": {field: text or None}}},
-        field_manager=OVERLAY_MANAGER)
 
 
 def _recent_events(client: Client, namespace: str, name: str, limit: int = 20) -> str:

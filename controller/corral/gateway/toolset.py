@@ -6,9 +6,11 @@ definitions are plain JSON-ready dicts, so this module stays pure and the MCP
 server only wraps them.
 
 - `iot.list_devices`, `iot.query`, `iot.intent_status`: any visible device.
+- `iot.read`: a visible device whose samples the caller may `listen` to.
 - `iot.control`: a visible actuator whose level (write/config) the caller holds,
-  and the right to create Intents there.
-- `iot.set_alias|set_note|set_location`: the right to patch a visible Device.
+  and the right to create Intents there (`dry_run` checks without executing).
+- `iot.set_alias|set_note|set_location`: the `annotate` verb on a visible Device and the right to
+  create Intents there (the overlay is set by an Intent too; no agent needs `patch`).
 - `{device}.{actuator}.{action}` (optional, `--device-tools`): one tool per
   usable actuator of an online device, its value schema straight from the contract.
 """
@@ -23,23 +25,25 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from corral.api.codes import OUTCOME_CODES
-from corral.api.intent import IntentSpec
+from corral.api.codes import OUTCOME_CODES, DecisionCode
+from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, IntentSpec
 from corral.contract.model import Actuator
 from corral.contract.values import InvalidValue, allowed, check
 from corral.gateway.visible import VisibleDevice, value_schema
 
 REQUEST_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-OVERLAY_LIMITS = {"alias": 64, "location": 64, "notes": 512}
-OVERLAY_TOOLS = {"iot.set_alias": "alias", "iot.set_note": "notes", "iot.set_location": "location"}
+# Tool -> (Intent action, overlay field, argument name).
+OVERLAY_TOOLS = {f"iot.{action}": (action, field, "note" if field == "notes" else field)
+                 for action, field in OVERLAY_ACTIONS.items()}
 
 
 _BASED_ON = {
     "type": "array",
     "maxItems": 16,
-    "description": "Sensor readings this decision relies on (from iot.query: metric and ts). The controller refuses "
-                   "the request when one is older than its freshness window.",
+    "description": "Sensor readings this decision relies on: a sample's metric and ts exactly as iot.read (or "
+                   "iot.query) gave them. The controller refuses the request unless it received that very sample "
+                   "within its freshness window.",
     "items": {
         "type": "object",
         "properties": {
@@ -60,6 +64,20 @@ MAX_WAIT_S = 60
 _WAIT_S = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
            "description": f"Seconds to wait for a final code (at most {MAX_WAIT_S}); 0 or omitted answers at once."}
 _REASON = {"type": "string", "minLength": 1, "maxLength": 512, "description": "Why, in one sentence (audited)."}
+_DRY_RUN = {"type": "boolean", "description": "Run every check and answer the code it would end with; nothing is "
+                                              "executed."}
+MAX_READ_WINDOW_S = 3600
+_READINGS_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "device_id": {"type": "string"},
+        "window_s": {"type": "number"},
+        "now": {"type": "integer", "description": "The controller's clock, Unix epoch ms."},
+        "metrics": {"type": "object", "description": "metric -> {unit, samples: [{ts, value, age_s}]}, oldest first; "
+                                                     "cite a sample's metric and ts in based_on"},
+    },
+    "required": ["device_id", "metrics"],
+}
 
 _DEVICE_SUMMARY: dict[str, Any] = {
     "type": "object",
@@ -88,7 +106,11 @@ _QUERY_OUTPUT = {
             "properties": {
                 **_DEVICE_SUMMARY["properties"],
                 "reported": {"type": "object"}, "target": {"type": "object"},
-                "sensors": {"type": "object", "description": "metric -> {value, unit, ts (epoch ms), age_s}"},
+                "sensors": {"type": "object", "description": "metric -> the latest sample: {value, unit, ts (epoch ms, "
+                                                             "cite it in based_on), age_s (since the controller "
+                                                             "received it)}"},
+                "interlocks": {"type": "array", "items": {"type": "object"},
+                               "description": "Safety rules guarding this device's actions"},
                 "actions": {"type": "array", "items": {"type": "object"}},
                 "stale": {"type": "boolean"}, "notes": {"type": "string"},
             },
@@ -111,8 +133,10 @@ OUTCOME = {
 }
 _OVERLAY_OUTPUT = {
     "type": "object",
-    "properties": {"device_id": {"type": "string"}, "field": {"type": "string"}, "value": {"type": "string"}},
-    "required": ["device_id", "field", "value"],
+    "properties": {"device_id": {"type": "string"}, "field": {"type": "string"}, "value": {"type": "string"},
+                   "request_id": {"type": "string"}, "code": {"type": "string", "enum": list(OUTCOME_CODES)},
+                   "message": {"type": "string"}},
+    "required": ["device_id", "field", "value", "code", "message"],
 }
 
 _READ_ONLY = {"readOnlyHint": True, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False}
@@ -123,7 +147,6 @@ class Grants:
     """What the caller may do beyond reading, per namespace."""
 
     create_intents: frozenset[str]  # namespaces
-    patch_devices: frozenset[str]  # namespaces where it may patch Devices (all or some names)
 
     def controllable(self, device: VisibleDevice) -> list[Actuator]:
         if device.namespace not in self.create_intents:
@@ -135,7 +158,7 @@ def device_ids(devices: Iterable[VisibleDevice]) -> list[str]:
     return sorted(d.id for d in devices)
 
 
-def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[VisibleDevice]) -> list[dict[str, Any]]:
+def fixed_tools(devices: list[VisibleDevice], grants: Grants, annotatable: list[VisibleDevice]) -> list[dict[str, Any]]:
     """The fixed tools the caller may use; none at all when it can see no device."""
     if not devices:
         return []
@@ -155,6 +178,20 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
               {"type": "object", "properties": {"request_id": _REQUEST_ID, "wait_s": _WAIT_S},
                "required": ["request_id"], "additionalProperties": False}, OUTCOME, _READ_ONLY),
     ]
+    listenable = [d for d in devices if "listen" in d.levels]
+    if listenable:
+        tools.append(_tool(
+            "iot.read", "Read recent samples",
+            "Timestamped samples the controller received from a device, oldest first: each has the device's ts "
+            "(cite it in iot.control's based_on) and its age since the controller received it. window_s: how far "
+            "back (default 60 s; 0: only the latest sample of each metric).",
+            {"type": "object", "properties": {
+                "device_id": _device_id_schema(listenable),
+                "metrics": {"type": "array", "items": {"type": "string"}, "maxItems": 32,
+                            "description": "Only these metrics (default: all)."},
+                "window_s": {"type": "number", "minimum": 0, "maximum": MAX_READ_WINDOW_S}},
+             "required": ["device_id"], "additionalProperties": False},
+            _READINGS_OUTPUT, _READ_ONLY))
     controllable = [d for d in devices if grants.controllable(d)]
     if controllable:
         actuators = sorted({a.id for d in controllable for a in grants.controllable(d)})
@@ -177,6 +214,7 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
                     "request_id": _REQUEST_ID,
                     "reason": _REASON,
                     "based_on": _BASED_ON,
+                    "dry_run": _DRY_RUN,
                 },
                 "required": ["device_id", "actuator", "action", "params", "reason"],
                 "additionalProperties": False,
@@ -185,18 +223,20 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, patchable: list[Vi
             {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": worst >= _RISK_ORDER["high"],
              "openWorldHint": True},
         ))
-    if patchable:
-        for name, field in OVERLAY_TOOLS.items():
+    annotatable = [d for d in annotatable if d.namespace in grants.create_intents]
+    if annotatable:
+        for name, (_, field, argument) in OVERLAY_TOOLS.items():
             tools.append(_tool(
                 name, f"Set a device's {field}",
                 f"Set the {field} people and agents know the device by (at most {OVERLAY_LIMITS[field]} characters; "
-                "control characters are removed; empty deletes it). It never reaches the device.",
+                "control and invisible characters are removed; empty deletes it). It never reaches the device; "
+                "it is stored as data and shown to others only as data.",
                 {"type": "object", "properties": {
-                    "device_id": _device_id_schema(patchable),
-                    {"alias": "alias", "notes": "note", "location": "location"}[field]: {
-                        "type": "string", "maxLength": OVERLAY_LIMITS[field]}},
-                 "required": ["device_id", {"alias": "alias", "notes": "note", "location": "location"}[field]],
-                 "additionalProperties": False},
+                    "device_id": _device_id_schema(annotatable),
+                    argument: {"type": "string", "maxLength": OVERLAY_LIMITS[field]},
+                    "reason": {**_REASON, "description": "Why, in one sentence (audited); optional."},
+                    "request_id": _REQUEST_ID},
+                 "required": ["device_id", argument], "additionalProperties": False},
                 _OVERLAY_OUTPUT,
                 {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False},
             ))
@@ -232,15 +272,15 @@ def device_tools(devices: list[VisibleDevice], grants: Grants) -> dict[str, tupl
         qualify = names.count(device.name) > 1
         for actuator in grants.controllable(device):
             name = device_tool_name(device, actuator, qualify)
-            label = device.overlay.get("alias") or device.name
+            # Names and contract text only: the overlay is people's (and agents') free text, and text one agent
+            # wrote must never reach another as part of a tool's definition (iot.query shows it, as data).
             out[name] = (device, actuator, _tool(
-                name, f"{label}: {actuator.name}",
-                f"{actuator.name} of {device.id}"
-                + (f" ({device.overlay['location']})" if device.overlay.get("location") else "")
-                + f": {actuator.description or actuator.action}. Takes {allowed(actuator)}. Risk {actuator.risk}"
-                + ("; needs a human approval." if actuator.risk != "low" else "."),
+                name, f"{device.name}: {actuator.name}",
+                f"{actuator.name} of {device.id}: {actuator.description or actuator.action}. Takes {allowed(actuator)}. "
+                f"Risk {actuator.risk}" + ("; needs a human approval." if actuator.risk != "low" else "."),
                 {"type": "object", "properties": {"value": value_schema(actuator), "reason": _REASON,
-                                                  "request_id": _REQUEST_ID, "based_on": _BASED_ON},
+                                                  "request_id": _REQUEST_ID, "based_on": _BASED_ON,
+                                                  "dry_run": _DRY_RUN},
                  "required": ["value", "reason"], "additionalProperties": False},
                 OUTCOME,
                 {"readOnlyHint": False, "idempotentHint": True,
@@ -257,7 +297,12 @@ def _tool(name: str, title: str, description: str, input_schema: dict[str, Any],
 
 
 class ArgumentError(ValueError):
-    """Arguments the gateway refuses before creating anything; str() tells the model what is allowed."""
+    """A call the gateway refuses before creating anything: `code` from the one vocabulary (the one the
+    controller would have given), str() what was wrong and what is allowed."""
+
+    def __init__(self, message: str, code: DecisionCode = "DENY_ARGUMENTS") -> None:
+        super().__init__(message)
+        self.code: DecisionCode = code
 
 
 def intent_spec(device: VisibleDevice, arguments: dict[str, Any], requester: str,
@@ -271,17 +316,18 @@ def intent_spec(device: VisibleDevice, arguments: dict[str, Any], requester: str
     """
     contract = device.contract
     if contract is None:
-        raise ArgumentError(f"Device {device.id} has no accepted contract yet; it cannot be controlled.")
+        raise ArgumentError(f"Device {device.id} has no accepted contract yet; it cannot be controlled.", "DEVICE_GONE")
     name = arguments.get("actuator")
     actuator = contract.actuator(name) if isinstance(name, str) else None
     usable = device.usable_actuators()
     if actuator is None or actuator not in usable:
         choices = ", ".join(f"{a.id} ({a.action})" for a in usable) or "none you may use"
-        raise ArgumentError(f"Device {device.id} has no actuator {name!r} you may use. Actuators: {choices}.")
+        raise ArgumentError(f"Device {device.id} has no actuator {name!r} you may use. Actuators: {choices}.",
+                            "DENY_UNKNOWN_ACTION")
     if arguments.get("action") != actuator.action:
         raise ArgumentError(
             f"Actuator {actuator.id} of {device.id} is set with action {actuator.action!r}, "
-            f"not {arguments.get('action')!r}; there is no other action on it."
+            f"not {arguments.get('action')!r}; there is no other action on it.", "DENY_UNKNOWN_ACTION"
         )
     params = arguments.get("params")
     if not isinstance(params, dict) or "value" not in params or set(params) != {"value"}:
@@ -295,45 +341,71 @@ def intent_spec(device: VisibleDevice, arguments: dict[str, Any], requester: str
         raise ArgumentError("reason is required: say in one sentence why (at most 512 characters).")
     if _CONTROL.search(reason) or len(reason) > 512:
         raise ArgumentError("reason must be at most 512 characters, without control characters.")
-    request_id = arguments.get("request_id")
-    if request_id is None:
-        request_id = f"mcp-{secrets.token_hex(8)}"
-    elif not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
-        raise ArgumentError("request_id must be 1-63 lower-case letters, digits or '-', starting and ending with a "
-                            f"letter or digit; got {request_id!r}.")
+    request_id = _request_id(arguments.get("request_id"))
     spec: dict[str, Any] = {
         "device": device.name, "actuator": actuator.id, "action": actuator.action, "params": {"value": value},
         "reason": reason, "requester": requester,
     }
+    dry_run = arguments.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ArgumentError("dry_run must be true or false.")
+    if dry_run:
+        spec["dryRun"] = True
     based_on = arguments.get("based_on")
     if based_on:
         if not isinstance(based_on, list):
             raise ArgumentError("based_on must be a list of {metric, ts, device_id?} readings from iot.query.")
         spec["basedOn"] = [_observation(o, mqtt_id_of) for o in based_on]
-    try:
-        IntentSpec.model_validate(spec)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:5])
-        raise ArgumentError(f"The request does not fit an Intent: {problems}.") from None
+    _fits_an_intent(spec)
     return request_id, spec
 
 
 def _observation(item: Any, mqtt_id_of: Callable[[str], str | None]) -> dict[str, Any]:
     if not isinstance(item, dict) or not isinstance(item.get("metric"), str) or isinstance(item.get("ts"), bool) \
             or not isinstance(item.get("ts"), int):
-        raise ArgumentError("each based_on item needs metric (string) and ts (integer epoch milliseconds).")
+        raise ArgumentError("each based_on item needs metric (string) and ts (integer epoch milliseconds, as "
+                            "iot.read gave it).", "DENY_SENSOR")
     out: dict[str, Any] = {"metric": item["metric"], "ts": item["ts"]}
     if item.get("device_id"):
         device_id = mqtt_id_of(str(item["device_id"]))
         if device_id is None:
             raise ArgumentError(f"based_on names device {item['device_id']!r}, which is not among the devices you can "
-                                "see; use an id from iot.list_devices.")
+                                "see; use an id from iot.list_devices.", "DENY_SENSOR")
         out["deviceId"] = device_id
     return out
 
 
-def clean_overlay(field: str, text: Any) -> str:
-    """Overlay text as stored: control characters stripped, length capped (DESIGN.md)."""
+def overlay_spec(device: VisibleDevice, tool: str, arguments: dict[str, Any], requester: str
+                 ) -> tuple[str, dict[str, Any]]:
+    """An overlay tool's arguments as (request_id, Intent spec); the controller makes the text safe and writes it."""
+    action, field, argument = OVERLAY_TOOLS[tool]
+    text = arguments.get(argument)
     if not isinstance(text, str):
-        raise ArgumentError(f"{field} must be a string (at most {OVERLAY_LIMITS[field]} characters).")
-    return _CONTROL.sub("", text).strip()[: OVERLAY_LIMITS[field]]
+        raise ArgumentError(f"{argument} must be a string (at most {OVERLAY_LIMITS[field]} characters; empty deletes "
+                            "it).")
+    reason = arguments.get("reason") or f"{tool} through the MCP gateway"
+    if not isinstance(reason, str) or _CONTROL.search(reason) or len(reason) > 512:
+        raise ArgumentError("reason must be at most 512 characters, without control characters.")
+    request_id = _request_id(arguments.get("request_id"))
+    spec = {"device": device.name, "actuator": field, "action": action,
+            "params": {"value": _CONTROL.sub("", text)[: OVERLAY_LIMITS[field]]}, "reason": reason,
+            "requester": requester}
+    _fits_an_intent(spec)
+    return request_id, spec
+
+
+def _request_id(request_id: Any) -> str:
+    if request_id is None:
+        return f"mcp-{secrets.token_hex(8)}"
+    if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+        raise ArgumentError("request_id must be 1-63 lower-case letters, digits or '-', starting and ending with a "
+                            f"letter or digit; got {request_id!r}.")
+    return request_id
+
+
+def _fits_an_intent(spec: dict[str, Any]) -> None:
+    try:
+        IntentSpec.model_validate(spec)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:5])
+        raise ArgumentError(f"The request does not fit an Intent: {problems}.") from None

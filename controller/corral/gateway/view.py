@@ -22,6 +22,7 @@ import kubernetes
 from pydantic import ValidationError
 
 from corral.api.codes import GROUP, VERSION
+from corral.api.intent import OVERLAY_VERB
 from corral.contract.model import Contract
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
 from corral.gateway.blocking import blocking
@@ -129,17 +130,17 @@ class CallerView:
     def grants(self) -> Grants:
         return Grants(
             create_intents=frozenset(ns for ns in self.namespaces if self.access.may(ns, "create", "intents")),
-            patch_devices=frozenset(ns for ns in self.namespaces if self.access.may(ns, "patch")),
         )
 
-    def patchable(self) -> list[VisibleDevice]:
-        return [d for d in self.visible() if self.access.may(d.namespace, "patch", name=d.name)]
+    def annotatable(self) -> list[VisibleDevice]:
+        """Devices whose overlay the caller may set (by Intent): the `annotate` verb, not `patch`."""
+        return [d for d in self.visible() if self.access.may(d.namespace, OVERLAY_VERB, name=d.name)]
 
     def tools(self) -> list[dict[str, Any]]:
         """Tool definitions for this caller, rebuilt only after a change."""
         if self._tools is None:
             devices, grants = self.visible(), self.grants()
-            tools = fixed_tools(devices, grants, self.patchable())
+            tools = fixed_tools(devices, grants, self.annotatable())
             if self.device_tools_on:
                 tools += [definition for _, _, definition in self.device_tool_map().values()]
             self._tools = tools

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from corral.api.approval import ApprovalStatus
 from corral.api.base import Condition
 from corral.api.codes import API_VERSION, FINAL_PHASES, DecisionCode, event_reason, phase_of
-from corral.api.intent import IntentStatus
+from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_VERB, IntentStatus
 from corral.audit.chain import AuditRecord
 from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
 from corral.audit.events import EventRecorder, ObjectRef
@@ -42,12 +42,23 @@ from corral.audit.log import AuditLog, Unwritable
 from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check
 from corral.decide.approvals import ApprovalView
-from corral.decide.decision import Decision, DeviceFacts, Guards, IntentFacts, Observation, Policy, decide, recheck
+from corral.decide.decision import (
+    Decision,
+    DeviceFacts,
+    Evidence,
+    Guards,
+    IntentFacts,
+    Observation,
+    Policy,
+    decide,
+    recheck,
+)
 from corral.decide.idempotency import params_hash
 from corral.obs import metrics, tracing
 from corral.reconcile.access import AccessReviews
 from corral.reconcile.cache import Body, Key, ObjectCache, key_of
 from corral.reconcile.driver import DeviceRefused, Superseded
+from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import FieldConflict, Kube
 from corral.reconcile.notices import device_ref
 from corral.reconcile.port import DevicePort, DeviceView
@@ -59,6 +70,7 @@ MESSAGE_LIMIT = 1024
 HOLD_RECHECK_S = 2.0
 AUDIT_RECHECK_S = 1.0
 AUDIT_CONDITION = "AuditLogWritable"
+DRY_RUN_TTL = timedelta(minutes=10)  # a dry run's answer is read at once; it is not kept for a day
 
 
 @dataclass(frozen=True)
@@ -86,8 +98,10 @@ def new_command_id() -> str:
 
 class IntentReconciler:
     def __init__(self, settings: IntentSettings, kube: Kube, access: AccessReviews, recorder: EventRecorder,
-                 devices: DevicePort, audit: AuditLog, recorded: DecisionIndex) -> None:
+                 devices: DevicePort, audit: AuditLog, recorded: DecisionIndex,
+                 interlocks: Interlocks | None = None) -> None:
         self.settings = settings
+        self.interlocks = interlocks  # the cross-device rules, judged in _guards
         self.audit = audit
         self.recorded = recorded  # what the log says was decided, by Intent UID
         self.kube = kube
@@ -198,8 +212,10 @@ class IntentReconciler:
         digest = params_hash(namespace, spec)
         now = datetime.now(UTC)
         decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy,
-                          _guards(view))
+                          self._guards(body, view), self._evidence(facts, device_facts))
         base = {"params_hash": digest, "risk": decision.risk, "level": decision.level}
+        if spec.get("dryRun"):
+            return await self._dry_run(body, view, decision, base)
         if decision.outcome == "final":
             assert decision.code is not None
             return await self._finish(body, view, decision.code, decision.message, base)
@@ -220,10 +236,52 @@ class IntentReconciler:
         if facts.action == "read":
             assert view is not None and view.device_id is not None
             return await self._read(body, view, base)
+        if facts.action in OVERLAY_ACTIONS:
+            assert view is not None
+            return await self._set_overlay(body, view, decision, base)
         self._hand_over(key, body, decision)
         return Result.done()
 
+    async def _dry_run(self, body: Body, view: DeviceView | None, decision: Decision, base: dict[str, Any]) -> Result:
+        """Every check ran; the outcome is recorded and shown, and nothing is executed, now or ever."""
+        code: DecisionCode | None = "EXECUTED" if decision.outcome == "execute" else decision.code
+        if decision.outcome == "execute":
+            message = f"Dry run: every check passed; it would {_doing(body['spec'], decision)}. Nothing was executed."
+        elif decision.outcome == "final":
+            message = f"Dry run: it would end {code}: {decision.message}"
+        else:
+            message = f"Dry run: it would wait: {decision.message} Nothing was executed."
+        status = {**base, "phase": "DryRun", "code": code, "would": decision.outcome,
+                  "message": message[:MESSAGE_LIMIT], "decided_at": datetime.now(UTC).replace(microsecond=0)}
+        await self._record(DECIDED, body, {"code": code, "message": status["message"], "dryRun": True,
+                                           "would": decision.outcome, **base})
+        written = await self._write(body, status, "dry-run")
+        self._event(written, "DryRun", "Decide", f"{message} (requested by {body['spec']['requester']})",
+                    "Normal", device_ref(view.body) if view is not None else None)
+        return Result.after(DRY_RUN_TTL.total_seconds())
+
+    async def _set_overlay(self, body: Body, view: DeviceView, decision: Decision, base: dict[str, Any]) -> Result:
+        """The overlay, as the checks made it safe, written by the controller (field manager corral-overlay)."""
+        spec = body["spec"]
+        field_name = OVERLAY_ACTIONS[spec["action"]]
+        text = str(decision.value or "")
+        before = ((view.body.get("spec") or {}).get("overlay") or {}).get(field_name, "")
+        try:
+            await self.kube.patch_overlay(body["metadata"]["namespace"], spec["device"], field_name, text)
+        except ApiError as err:
+            return await self._finish(body, view, "FAILED", f"The overlay could not be written: {err.status} "
+                                                            f"{err.message}", base)
+        what = f"{field_name} {before!r} -> {text!r}" if text else f"{field_name} {before!r} removed"
+        return await self._finish(body, view, "EXECUTED", f"Overlay of {spec['device']} set: {what}.",
+                                  {**base, "before": {field_name: before}, "after": {field_name: text}})
+
+    def _evidence(self, facts: IntentFacts, device: DeviceFacts) -> Evidence:
+        own = device.device_id or ""
+        return self.devices.evidence((o.device_id or own, o.metric, o.ts_ms) for o in facts.based_on)
+
     async def _requester_may(self, facts: IntentFacts, device: DeviceFacts, namespace: str) -> bool:
+        if facts.action in OVERLAY_ACTIONS:
+            return await self.access.may(facts.requester, OVERLAY_VERB, namespace, facts.device)
         if device.contract is None:
             return False
         actuator = device.contract.actuator(facts.actuator)
@@ -270,8 +328,8 @@ class IntentReconciler:
             found = f"{item}={state[item]!r}, read from the device just now"
         else:
             sample = fresh.latest.get(item)
-            age = (datetime.now(UTC).timestamp() * 1000 - sample.ts) / 1000 if sample else None
-            found = f"{item}={sample.value!r}, measured {age:.1f} s ago" if sample else f"{item}: no reading yet"
+            age = (datetime.now(UTC).timestamp() * 1000 - sample.received_ms) / 1000 if sample else None
+            found = f"{item}={sample.value!r}, received {age:.1f} s ago" if sample else f"{item}: no reading yet"
         return await self._finish(body, fresh, "EXECUTED", f"Read {found}.", {**base, "after": {**readings, **state}})
 
     # ---- executing ------------------------------------------------------------------------------------------
@@ -365,11 +423,24 @@ class IntentReconciler:
         finally:
             self.devices.release(pin)
 
+    def _guards(self, body: Body, view: DeviceView | None) -> Guards:
+        """The safety envelope around the Intent's device now: its contract hold and the interlocks that guard this
+        action, judged now (leases, pause: later). Reads and overlay text set no target: no interlock guards them."""
+        hold = view.hold if view is not None else None
+        spec = body["spec"]
+        if self.interlocks is None or view is None or spec["action"] == "read" or spec["action"] in OVERLAY_ACTIONS:
+            return Guards(hold=hold)
+        checked = _checked_value(view, spec)
+        value = checked if checked is not None else (spec.get("params") or {}).get("value")
+        verdicts = self.interlocks.verdicts(body["metadata"]["namespace"], view.body, spec["actuator"], value,
+                                            self.devices.view)
+        return Guards(hold=hold, interlocks=verdicts)
+
     async def _recheck(self, body: Body, view: DeviceView) -> Decision | None:
         """Scope, pause, hold, interlocks and lease, once more: an approval may have taken minutes."""
         facts, device_facts = _facts(body, view)
         requester_may = await self._requester_may(facts, device_facts, body["metadata"]["namespace"])
-        return recheck(facts, device_facts, requester_may, datetime.now(UTC), _guards(view))
+        return recheck(facts, device_facts, requester_may, datetime.now(UTC), self._guards(body, view))
 
     async def _await_device(self, body: Body, view: DeviceView, reached: asyncio.Future[dict[str, Any]], value: Any,
                             resumed: bool, command_id: str) -> None:
@@ -438,6 +509,11 @@ class IntentReconciler:
     async def _restore(self, body: Body, view: DeviceView | None, recorded: AuditRecord) -> Result:
         """The outcome the log holds, written to a status that does not show it yet (never decided again)."""
         data = recorded.data
+        if data.get("dryRun"):
+            await self._write(body, {"phase": "DryRun", "code": data.get("code"), "would": data.get("would"),
+                                     "message": data["message"], "decided_at": recorded.at.replace(microsecond=0)},
+                              "restored")
+            return Result.after(DRY_RUN_TTL.total_seconds())
         status = {"phase": phase_of(data["code"]), "code": data["code"], "message": data["message"],
                   "before": data.get("before"), "after": data.get("after"), "risk": data.get("risk"),
                   "level": data.get("level"), "params_hash": data.get("paramsHash"),
@@ -485,8 +561,9 @@ class IntentReconciler:
         if not decided:
             return Result.done()
         age = datetime.now(UTC) - _parse_time(decided)
-        if age < self.settings.ttl:
-            return Result.after((self.settings.ttl - age).total_seconds())
+        ttl = DRY_RUN_TTL if body["spec"].get("dryRun") else self.settings.ttl
+        if age < ttl:
+            return Result.after((ttl - age).total_seconds())
         meta = body["metadata"]
         await self.kube.delete_intent(meta["namespace"], meta["name"], meta["uid"])
         return Result.done()
@@ -520,10 +597,6 @@ class IntentReconciler:
                            reason, action, note, type_, related)
 
 
-def _guards(view: DeviceView | None) -> Guards:
-    return Guards(hold=view.hold if view is not None else None)
-
-
 def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFacts]:
     meta, spec = body["metadata"], body["spec"]
     facts = IntentFacts(
@@ -542,8 +615,17 @@ def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFact
         device_id=view.device_id if view is not None else None,
         contract=view.contract if view is not None else None,
         online=view.online if view is not None else None,
+        present=view is not None,
     )
     return facts, device
+
+
+def _doing(spec: dict[str, Any], decision: Decision) -> str:
+    if spec["action"] == "read":
+        return f"read {spec['actuator']} from the device"
+    if spec["action"] in OVERLAY_ACTIONS:
+        return f"set the {OVERLAY_ACTIONS[spec['action']]} of {spec['device']} to {decision.value!r}"
+    return f"{spec['action']} {spec['actuator']}={decision.value!r} on {spec['device']}"
 
 
 def _checked_value(view: DeviceView | None, spec: dict[str, Any]) -> Any:

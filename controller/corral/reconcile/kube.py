@@ -13,8 +13,8 @@ from typing import Any
 
 import kubernetes
 
-from corral.api.codes import CONTROLLER_MANAGER, GROUP, INTENTS_MANAGER, VERSION
-from corral.client.asyncapi import APPLY, ApiError, AsyncApi, path_of
+from corral.api.codes import CONTROLLER_MANAGER, GROUP, INTENTS_MANAGER, OVERLAY_MANAGER, VERSION
+from corral.client.asyncapi import APPLY, MERGE, ApiError, AsyncApi, path_of
 from corral.obs import metrics
 
 Body = dict[str, Any]
@@ -117,6 +117,13 @@ class Kube:
             if err.status == 409 and any(c.get("reason") == "FieldManagerConflict" for c in err.causes()):
                 raise FieldConflict(err.message) from None
             raise
+
+    async def patch_overlay(self, namespace: str, device: str, field: str, text: str) -> Body:
+        """One overlay field as `corral-overlay`, by merge patch: empty text deletes it. Overlay text is people's
+        data, last writer wins; a merge patch leaves the other overlay fields (whoever set them) alone."""
+        return await self.api.request("PATCH", path_of(GROUP, VERSION, "devices", namespace, device),
+                                      body={"spec": {"overlay": {field: text or None}}}, content_type=MERGE,
+                                      params={"fieldManager": OVERLAY_MANAGER})
 
     async def delete_intent(self, namespace: str, name: str, uid: str) -> None:
         try:
