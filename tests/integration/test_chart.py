@@ -64,6 +64,17 @@ def helm(request: pytest.FixtureRequest) -> Helm:
 UNSIGNED = "signing.require=false"
 
 
+def test_the_readings_are_an_aggregated_api_served_by_the_controller_with_its_serving_ca(helm: Helm) -> None:
+    docs = render(helm)
+    service = find(docs, "APIService", "v1alpha1.readings.corral.dev")["spec"]
+    assert service["service"] == {"name": f"{RELEASE}-controller", "namespace": SYSTEM, "port": 8443}
+    ca = find(docs, "ConfigMap", f"{RELEASE}-controller-serving-ca")["data"]["ca.crt"]
+    assert base64.b64decode(service["caBundle"]).decode().strip() == ca.strip()
+    assert "--requestheader-from-cluster" in container_of(docs, "controller")["args"]
+    reader = next(d for d in docs if d["kind"] == "RoleBinding" and d["metadata"].get("namespace") == "kube-system")
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+
+
 def render(helm: Helm, *sets: str) -> list[dict[str, Any]]:
     """The rendered documents; unsigned contracts unless `sets` say otherwise (a later --set wins)."""
     args = ["template", RELEASE, str(CHART), "-n", SYSTEM, "--kube-version", KUBE_VERSION]
