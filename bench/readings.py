@@ -9,7 +9,7 @@ controller's memory per 1,000 devices with their sample buffers full.
    60 s of samples of every metric, `iot.read {device_id: NS/NAME, window_s: 60}` is called N times (the
    devices in turn, after a few calls not counted). For comparison, with the same bearer token: N direct
    `GET /apis/readings.corral.dev/v1alpha1/namespaces/NS/devices/NAME?window_s=60` on the controller,
-   on one kept-alive connection, and on a new connection (TLS handshake) each, as the gateway does.
+   on one kept-alive connection (as the gateway keeps one), and on a new connection (TLS handshake) each.
 2. Memory, in this process (no plane): `--devices` SensorBuffers (default capacity), each filled with
    `capacity` samples of three metrics (distinct floats for temperature and humidity, ints for rssi, as
    parsed telemetry gives them), measured with tracemalloc, and as RSS growth (a separate fill, without
@@ -146,7 +146,7 @@ async def read_calls(url: str, token: str, ids: list[str], calls: int) -> tuple[
 async def direct_gets(controller: ControllerProcess, namespace: str, names: list[str], token: str, calls: int,
                       keep_alive: bool) -> tuple[list[float], list[int], int]:
     """GETs of the readings endpoint: (milliseconds, samples returned, bytes of the last answer). keep_alive:
-    one session (connection) for all; else a session each, as the gateway's readings.fetch does."""
+    one session (connection) for all, as the gateway keeps one; else a session (and TLS handshake) each."""
     context = ssl.create_default_context(cafile=str(controller.serve_ca))
     headers = {"Authorization": f"Bearer {token}"}
     shared = aiohttp.ClientSession(headers=headers) if keep_alive else None
@@ -297,7 +297,7 @@ def main() -> None:
         print(f"direct GET of the controller's readings, kept-alive connection: p50 {kept['p50_ms']} ms, "
               f"p90 {kept['p90_ms']} ms, p99 {kept['p99_ms']} ms ({kept['samples_per_call_median']:g} samples, "
               f"{kept['response_bytes']} bytes)")
-        print(f"direct GET, a new connection each (as the gateway fetches): p50 {fresh['p50_ms']} ms, "
+        print(f"direct GET, a new connection each: p50 {fresh['p50_ms']} ms, "
               f"p90 {fresh['p90_ms']} ms, p99 {fresh['p99_ms']} ms")
     mem = result["memory"]
     print(f"sensor buffers: {mem['capacity_samples_per_metric']} samples per metric "

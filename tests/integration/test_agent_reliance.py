@@ -202,7 +202,7 @@ def test_a_dry_run_answers_what_would_happen_and_nothing_can_run(home: Home) -> 
                  "approver": "corral-admin", "reason": "by hand, bypassing corral approve"}})
     with pytest.raises(AssertionError):  # bounded: nothing may change, so there is no event to wait for
         wait_for(lambda: home.intent("dry-unlock")["status"]["phase"] != "DryRun", "the dry run to change",
-                 timeout_s=3)
+                 timeout_s=1.5)
     assert not (objects.get_namespaced_custom_object(GROUP, VERSION, home.namespace, "approvals",
                                                      "dry-unlock-forced").get("status") or {}).get("consumed")
     assert device(home.admin, home.namespace, "front-lock")["status"]["reported"]["locked"] == before["locked"]

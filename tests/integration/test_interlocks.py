@@ -10,7 +10,9 @@ is. The agent sees the rule in what iot.query returns. One namespace, fleet and 
 from __future__ import annotations
 
 import asyncio
-import time
+import json
+import ssl
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,6 +56,17 @@ class Utility:
     operator: kubernetes.client.ApiClient
     controller: ControllerProcess
     agent_kubeconfig: Any  # an agent with the chart's agent-reader role, for the gateway
+    admin_token: str  # for the controller's readings
+
+    def probe_reading_age(self) -> float:
+        """How long ago the controller received the probe's newest `wet` sample (inf: none yet)."""
+        request = urllib.request.Request(
+            f"{self.controller.serve_url}/apis/readings.corral.dev/v1alpha1/namespaces/{self.namespace}/devices/"
+            f"{PROBE}?window_s=0&metrics=wet", headers={"Authorization": f"Bearer {self.admin_token}"})
+        context = ssl.create_default_context(cafile=str(self.controller.serve_ca))
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            samples = json.loads(response.read())["metrics"].get("wet", {}).get("samples") or []
+        return float(samples[-1]["ageSeconds"]) if samples else float("inf")
 
     def user(self, name: str) -> str:
         return f"system:serviceaccount:{self.namespace}:{name}"
@@ -103,7 +116,7 @@ def utility(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_fact
             try:
                 wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync")
                                      for d in (VALVE, PROBE)), "both devices registered and in sync", timeout_s=30)
-                yield Utility(namespace, fleet, corral_api, operator, controller, agent)
+                yield Utility(namespace, fleet, corral_api, operator, controller, agent, plane.admin_token)
             finally:
                 controller.stop()
 
@@ -180,7 +193,8 @@ def test_opening_is_denied_while_the_probe_is_wet_and_runs_when_it_is_dry(utilit
 def test_opening_is_denied_when_the_probe_went_silent_or_is_missing(utility: Utility) -> None:
     # The probe loses power: its last reading (dry) grows older than the rule allows.
     on_fleet(utility.fleet, lambda: utility.fleet.power_cycle(PROBE, off_s=MAX_AGE_S + 6))
-    time.sleep(MAX_AGE_S + 1.5)
+    wait_for(lambda: utility.probe_reading_age() > MAX_AGE_S + 0.2, "the probe's last reading to grow too old",
+             timeout_s=MAX_AGE_S + 10, interval_s=0.2)
     silent = open_valve(utility)
     assert silent.get("code") == "DENY_INTERLOCK"
     assert silent["message"].startswith(f"Interlock main-water forbids this now: {MESSAGE}")
@@ -192,7 +206,8 @@ def test_opening_is_denied_when_the_probe_went_silent_or_is_missing(utility: Uti
         assert compiled(utility, "ghost")["status"] == "True"
         wait_for(lambda: (device(utility.admin, utility.namespace, PROBE).get("status") or {}).get("online"),
                  "the probe to be back", timeout_s=20)
-        time.sleep(1)  # a fresh reading: main-water holds again, only the ghost is in the way
+        # A fresh reading: main-water holds again, only the ghost is in the way.
+        wait_for(lambda: utility.probe_reading_age() < 1.0, "a fresh reading of the probe", timeout_s=15)
         missing = open_valve(utility)
         assert missing.get("code") == "DENY_INTERLOCK"
         assert 'Interlock ghost forbids this now' in missing["message"]
@@ -226,9 +241,10 @@ def test_a_persons_direct_target_is_held_while_forbidden_and_not_driven_when_the
     assert detail["interlocked_targets"][0]["interlock"] == "main-water"
     # Dry again, and the Device reconciled for an unrelated spec change: still not driven by itself.
     utility.probe_reads(False)
-    utility.objects().patch_namespaced_custom_object(GROUP, VERSION, utility.namespace, "devices", VALVE,
-                                                     {"spec": {"overlay": {"notes": "pipes checked"}}})
-    time.sleep(2)
+    patched = utility.objects().patch_namespaced_custom_object(GROUP, VERSION, utility.namespace, "devices", VALVE,
+                                                               {"spec": {"overlay": {"notes": "pipes checked"}}})
+    wait_for(lambda: (device(utility.admin, utility.namespace, VALVE).get("status") or {}).get(
+        "observedGeneration", 0) >= patched["metadata"]["generation"], "the controller to reconcile the changed Device")
     assert utility.opened() == before
     assert (_interlocked(utility) or {}).get("status") == "True"
     # The person asks again (a changed target: closed, then open): now it is driven.

@@ -59,8 +59,8 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 @click.option("--readings-url", metavar="URL",
               help="The controller's HTTPS server (e.g. https://corral-controller:8443), for readings where the "
                    "APIService readings.corral.dev is not routed; default: through the API server.")
-@click.option("--readings-ca", type=click.Path(exists=True, dir_okay=False),
-              help="CA certificate of --readings-url (the controller's serving-ca.crt).")
+@click.option("--readings-ca", type=click.Path(dir_okay=False),
+              help="CA certificate of --readings-url (the controller's serving-ca.crt; read at first use).")
 @click.option("--device-tools", is_flag=True, help="Also publish one tool per device actuator, {device}.{actuator}.{action}.")
 @click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
               help="Seconds iot.control waits for an outcome before answering PENDING.")

@@ -43,13 +43,13 @@ class Readings:
 
     def __init__(self, direct: Direct | None) -> None:
         self.direct = direct
-        self._session: aiohttp.ClientSession | None = None
-        self._tls = ssl.create_default_context(cafile=direct.ca_file if direct is not None else None)
+        # Made at first use: the controller may be making its CA file just now.
+        self._client: tuple[aiohttp.ClientSession, ssl.SSLContext] | None = None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client[0].close()
+            self._client = None
 
     async def fetch(self, api: AsyncApi, authorization: str | None, namespace: str, name: str,
                     metrics: list[str] | None, window_s: float) -> dict[str, Any]:
@@ -68,11 +68,16 @@ class Readings:
         if not authorization:
             raise ReadingsUnavailable("the controller's readings need a bearer token, and this identity has none "
                                       "(a client certificate reaches them only through the API server's APIService)")
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S))
+        if self._client is None:
+            try:
+                tls = ssl.create_default_context(cafile=self.direct.ca_file)
+            except OSError as err:
+                raise ReadingsUnavailable(f"cannot read --readings-ca {self.direct.ca_file}: {err}") from None
+            self._client = (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)), tls)
+        session, tls = self._client
         url = self.direct.url.rstrip("/") + path_of(namespace, name)
         try:
-            async with self._session.get(url, params=params, ssl=self._tls,
+            async with session.get(url, params=params, ssl=tls,
                                          headers={"Authorization": authorization}) as response:
                 body = await response.json(content_type=None)
                 if response.status != 200:
