@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import cli
+from corral.client.intents import outcome_code
 
 
 @pytest.mark.parametrize("args", [[], ["dev"], ["dev", "up"], ["dev", "down"], ["dev", "status"], ["dev", "build"]])
@@ -23,3 +24,12 @@ def test_missing_kube_sources_are_reported_on_stderr_with_what_to_do(monkeypatch
     assert "cannot find /nonexistent/tools/kube/go.mod" in result.stderr
     assert "CORRAL_KUBE_BINARY" in result.stderr
     assert result.stdout == ""
+
+
+def test_what_a_caller_is_told_an_intent_status_means_including_a_dry_run() -> None:
+    assert outcome_code({"phase": "Succeeded", "code": "EXECUTED"}) == "EXECUTED"
+    assert outcome_code({"phase": "AwaitingApproval"}) == "AWAITING_APPROVAL"
+    assert outcome_code({}) == outcome_code({"phase": "Executing"}) == "PENDING"
+    assert outcome_code({"phase": "DryRun", "would": "await_approval"}) == "AWAITING_APPROVAL"
+    assert outcome_code({"phase": "DryRun", "would": "await_hold"}) == "PENDING"
+    assert outcome_code({"phase": "DryRun", "would": "final", "code": "DENY_SENSOR"}) == "DENY_SENSOR"

@@ -13,8 +13,12 @@ from typing import Final, Literal, get_args
 GROUP: Final = "corral.dev"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
-# The controller's readings, served as an aggregated API (APIService v1alpha1.readings.corral.dev).
+# The controller's readings, served as an aggregated API (APIService v1alpha1.readings.corral.dev): the
+# path of one Device's samples is READINGS_PREFIX/namespaces/NS/devices/NAME, a window at most this long.
 READINGS_GROUP: Final = "readings.corral.dev"
+READINGS_VERSION: Final = "v1alpha1"
+READINGS_PREFIX: Final = f"/apis/{READINGS_GROUP}/{READINGS_VERSION}"
+READINGS_MAX_WINDOW_S: Final = 3600
 
 # Field managers of server-side apply: who owns which part of an object. Executed Intents own the target
 # fields they set under a name of their own, so that a person's `kubectl apply --server-side` and an

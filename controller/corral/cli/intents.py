@@ -13,7 +13,7 @@ import kubernetes
 from corral.api.codes import GROUP, VERSION
 from corral.cli.kubeopts import connect, kube_options
 from corral.client.errors import api_message
-from corral.client.intents import decide_on, submit, wait_settled, whoami
+from corral.client.intents import decide_on, outcome_code, submit, wait_settled, whoami
 
 
 @click.group(invoke_without_command=True)
@@ -84,10 +84,8 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
     if submitted.code == "DENY_ID_CONFLICT":
         raise click.ClickException(submitted.message)
     status = wait_settled(client, namespace, name, wait_s).get("status") or {}
-    phase = status.get("phase") or "Pending"
-    would = {"await_approval": "AWAITING_APPROVAL", "await_hold": "PENDING"}.get(status.get("would") or "")
-    code = would or status.get("code") or ("AWAITING_APPROVAL" if phase == "AwaitingApproval" else "PENDING")
-    click.echo(f"{name}: {code}{' (dry run)' if phase == 'DryRun' else ''}: {status.get('message', '')}")
+    checked_only = " (dry run)" if status.get("phase") == "DryRun" else ""
+    click.echo(f"{name}: {outcome_code(status)}{checked_only}: {status.get('message', '')}")
 
 
 def _action_of(client: kubernetes.client.ApiClient, namespace: str, device: str, actuator: str) -> str:

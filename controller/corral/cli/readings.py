@@ -14,15 +14,15 @@ from typing import Any
 import click
 import kubernetes
 
+from corral.api.codes import READINGS_MAX_WINDOW_S, READINGS_PREFIX
 from corral.cli.audit import Source, bearer_of
 from corral.cli.kubeopts import kube_options
 from corral.client.errors import api_message
-from corral.serving.readings import MAX_WINDOW_S, PREFIX
 
 
 @click.command()
 @click.argument("device")
-@click.option("--window", "window_s", type=click.FloatRange(0, MAX_WINDOW_S), default=60.0, show_default=True,
+@click.option("--window", "window_s", type=click.FloatRange(0, READINGS_MAX_WINDOW_S), default=60.0, show_default=True,
               help="Seconds back from now (0: only the newest sample of each metric).")
 @click.option("--metric", "metrics", multiple=True, help="Only this metric (repeatable).")
 @click.option("--server", help="The controller's HTTPS server, instead of the API server's APIService.")
@@ -33,7 +33,7 @@ from corral.serving.readings import MAX_WINDOW_S, PREFIX
 def readings(client: kubernetes.client.ApiClient, namespace: str, device: str, window_s: float,
              metrics: tuple[str, ...], server: str | None, ca_file: str | None, token: str | None, output: str) -> None:
     """Print DEVICE's samples: the device's ts (cite it as --based-on METRIC@TS), the value and its age."""
-    path = f"{PREFIX}/namespaces/{namespace}/devices/{device}"
+    path = f"{READINGS_PREFIX}/namespaces/{namespace}/devices/{device}"
     query = {"window_s": f"{window_s:g}", **({"metrics": ",".join(metrics)} if metrics else {})}
     if server:
         source = Source(None, server, ca_file, token or bearer_of(client.configuration), None, None)

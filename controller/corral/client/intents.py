@@ -75,6 +75,15 @@ def _same_name(existing: dict[str, Any], spec: dict[str, Any]) -> Submitted:
     )
 
 
+def outcome_code(status: dict[str, Any]) -> str:
+    """What a caller is told an Intent's status means: its final code, or while there is none AWAITING_APPROVAL
+    or PENDING; for a dry run the code it would end with (AWAITING_APPROVAL for one that would wait for a person)."""
+    phase, code = status.get("phase"), status.get("code")
+    if phase == "DryRun":
+        return code or ("AWAITING_APPROVAL" if status.get("would") == "await_approval" else "PENDING")
+    return code or ("AWAITING_APPROVAL" if phase == "AwaitingApproval" else "PENDING")
+
+
 def wait_settled(api_client: kubernetes.client.ApiClient, namespace: str, name: str, timeout_s: float,
                  poll_s: float = 0.05) -> dict[str, Any]:
     """The Intent once it is final or awaiting approval, or as it is when timeout_s runs out."""

@@ -386,14 +386,15 @@ def _may_read(case: Case, _: _Working) -> Decision | None:
                                 f"'read' verb on devices/{intent.device} (corral.dev).", "low", "read")
 
 
-def _read_readings(case: Case, _: _Working) -> Decision | None:
-    problem = _check_observations(case)
-    return None if problem is None else _final("DENY_SENSOR", problem, "low", "read")
-
-
-def _read_online(case: Case, working: _Working) -> Decision | None:
-    found = _device_online(case, working)
-    return None if found is None else _final("DEVICE_GONE", found.message, "low", "read")
+def _fixed(check: CheckFn, risk: Risk, level: str) -> CheckFn:
+    """A check of the main pipeline for a shorter one whose risk and level do not come from an actuator."""
+    def run(case: Case, working: _Working) -> Decision | None:
+        found = check(case, working)
+        if found is None:
+            return None
+        assert found.code is not None  # these checks only ever decide finally
+        return _final(found.code, found.message, risk, level)
+    return run
 
 
 # The overlay is what people call the device and where it is; it never reaches the device, so it needs only
@@ -424,11 +425,6 @@ def _may_annotate(case: Case, _: _Working) -> Decision | None:
                                 f"the '{OVERLAY_VERB}' verb on devices/{intent.device} (corral.dev).", "low", OVERLAY_VERB)
 
 
-def _overlay_paused(case: Case, working: _Working) -> Decision | None:
-    found = _agents_paused(case, working)
-    return None if found is None else _final("DENY_PAUSED", found.message, "low", OVERLAY_VERB)
-
-
 PIPELINE: tuple[Check, ...] = (
     Check("device known", _device_known),
     Check("action known", _action_known),
@@ -446,14 +442,14 @@ READ_PIPELINE: tuple[Check, ...] = (
     Check("device known", _device_known),
     Check("action known", _readable),
     Check("RBAC verb", _may_read),
-    Check("cited readings", _read_readings),
-    Check("device online", _read_online),
+    Check("cited readings", _fixed(_cited_readings, "low", "read")),
+    Check("device online", _fixed(_device_online, "low", "read")),
 )
 OVERLAY_PIPELINE: tuple[Check, ...] = (
     Check("device known", _device_present),
     Check("arguments", _overlay_text),
     Check("RBAC verb", _may_annotate),
-    Check("agents paused", _overlay_paused),
+    Check("agents paused", _fixed(_agents_paused, "low", OVERLAY_VERB)),
 )
 # Checks that only establish what is asked (they cannot change after the request), and the ones whose facts
 # can change while a request waits for a human.

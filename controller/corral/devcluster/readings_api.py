@@ -21,10 +21,11 @@ from typing import Any
 import kubernetes
 import yaml
 
+from corral.api.codes import READINGS_GROUP as GROUP
+from corral.api.codes import READINGS_VERSION as VERSION
 from corral.client.apply import apply_yaml
 from corral.devcluster.errors import DevClusterError
 from corral.serving.certs import AGGREGATED_SERVICE
-from corral.serving.readings import GROUP, VERSION
 
 FIELD_MANAGER = "corral-dev"
 NAMESPACE, SERVICE = AGGREGATED_SERVICE

@@ -17,9 +17,9 @@ from urllib.parse import quote
 
 import aiohttp
 
+from corral.api.codes import READINGS_PREFIX
 from corral.client.asyncapi import ApiError, AsyncApi
 
-PREFIX = "/apis/readings.corral.dev/v1alpha1"
 TIMEOUT_S = 5.0
 
 
@@ -34,7 +34,7 @@ class Direct:
 
 
 def path_of(namespace: str, name: str) -> str:
-    return f"{PREFIX}/namespaces/{quote(namespace, safe='')}/devices/{quote(name, safe='')}"
+    return f"{READINGS_PREFIX}/namespaces/{quote(namespace, safe='')}/devices/{quote(name, safe='')}"
 
 
 class Readings:

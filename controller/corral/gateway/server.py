@@ -29,7 +29,7 @@ from corral.api.codes import FINAL_PHASES, DecisionCode
 from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
-from corral.client.intents import submit_async
+from corral.client.intents import outcome_code, submit_async
 from corral.gateway import readings
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
@@ -474,19 +474,18 @@ def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, m
              ) -> dict[str, Any]:
     status = intent.get("status") or {}
     phase = status.get("phase")
-    if code is None:
-        code = status.get("code") or ("AWAITING_APPROVAL" if phase == "AwaitingApproval" else "PENDING")
+    dry_run = phase == "DryRun"
+    code = code or outcome_code(status)
     if message is None:
         message = status.get("message") or ("Waiting for the controller; check again with iot.intent_status."
                                             if code == "PENDING" else "")
-        if code == "AWAITING_APPROVAL":
+        if code == "AWAITING_APPROVAL" and not dry_run:
             message = (f"{message} A human must approve Intent {intent['metadata']['name']} (corral approve "
                        f"{intent['metadata']['name']}); check back with iot.intent_status.").strip()
-    if phase == "DryRun":
-        code = {"await_approval": "AWAITING_APPROVAL", "await_hold": "PENDING"}.get(status.get("would") or "", code)
     meta = intent.get("metadata") or {}
-    return {"request_id": request_id, "dry_run": phase == "DryRun", "intent": f"{meta.get('namespace')}/{meta.get('name')}", "code": code,
-            "message": message, "phase": phase, "before": status.get("before"), "after": status.get("after")}
+    return {"request_id": request_id, "intent": f"{meta.get('namespace')}/{meta.get('name')}", "code": code,
+            "message": message, "phase": phase, "dry_run": dry_run, "before": status.get("before"),
+            "after": status.get("after")}
 
 
 # The helpers below block on the network: the handlers call them in threads, with the caller's client.

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from corral.api.codes import OUTCOME_CODES, DecisionCode
+from corral.api.codes import OUTCOME_CODES, READINGS_MAX_WINDOW_S, DecisionCode
 from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, IntentSpec
 from corral.contract.model import Actuator
 from corral.contract.values import InvalidValue, allowed, check
@@ -66,7 +66,7 @@ _WAIT_S = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
 _REASON = {"type": "string", "minLength": 1, "maxLength": 512, "description": "Why, in one sentence (audited)."}
 _DRY_RUN = {"type": "boolean", "description": "Run every check and answer the code it would end with; nothing is "
                                               "executed."}
-MAX_READ_WINDOW_S = 3600
+MAX_READ_WINDOW_S = READINGS_MAX_WINDOW_S
 _READINGS_OUTPUT = {
     "type": "object",
     "properties": {
@@ -126,6 +126,7 @@ OUTCOME = {
         "code": {"type": "string", "enum": list(OUTCOME_CODES)},
         "message": {"type": "string"},
         "phase": {"type": ["string", "null"]},
+        "dry_run": {"type": "boolean", "description": "true: only checked; nothing was or will be executed"},
         "before": {"type": ["object", "null"]},
         "after": {"type": ["object", "null"]},
     },

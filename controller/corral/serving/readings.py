@@ -20,16 +20,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from corral.api.codes import READINGS_GROUP
+from corral.api.codes import READINGS_GROUP, READINGS_MAX_WINDOW_S, READINGS_PREFIX, READINGS_VERSION
 from corral.devices.telemetry import MetricRing, Reading
 from corral.reconcile.port import DeviceView
 
-GROUP = READINGS_GROUP
-VERSION = "v1alpha1"
-PREFIX = f"/apis/{GROUP}/{VERSION}"
+GROUP, VERSION, PREFIX = READINGS_GROUP, READINGS_VERSION, READINGS_PREFIX
 LISTEN_VERB = "listen"
 DEFAULT_WINDOW_S = 60.0
-MAX_WINDOW_S = 3600.0
+MAX_WINDOW_S = float(READINGS_MAX_WINDOW_S)
 
 
 class ReadingsSource(Protocol):
