@@ -79,3 +79,12 @@ def _fmt(number: float | None) -> str:
     if number is None:
         return ""
     return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def same_value(reported: object, wanted: object) -> bool:
+    """Whether a value is the wanted one (1 is not True; 40 is 40.0)."""
+    if isinstance(wanted, bool) or isinstance(reported, bool):
+        return reported is wanted
+    if isinstance(wanted, (int, float)) and isinstance(reported, (int, float)):
+        return abs(float(reported) - float(wanted)) < 1e-9
+    return reported == wanted

@@ -33,6 +33,7 @@ from cel_expr_python.ext.ext_math import ExtMath
 from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
 
+from corral.contract.values import same_value
 from corral.decide.decision import InterlockVerdict, Received
 
 # An evaluation that takes longer than this is not trusted to have been meant: it forbids.
@@ -128,7 +129,7 @@ def applies(rule: Rule, device: str, labels: Mapping[str, str], actuator: str, v
     guarded = device in rule.devices or (rule.selector is not None and rule.selector.matches(labels))
     if not guarded or (rule.actuators and actuator not in rule.actuators):
         return False
-    return not rule.values or any(_same(value, v) for v in rule.values)
+    return not rule.values or any(same_value(value, v) for v in rule.values)
 
 
 def guards_device(rule: Rule, device: str, labels: Mapping[str, str]) -> bool:
@@ -219,12 +220,3 @@ def _runtime_message(text: str) -> str:
     if "budget" in message.lower():
         return f"it exceeds the evaluation budget ({ITERATION_BUDGET:,} comprehension iterations)"
     return message
-
-
-def _same(value: object, wanted: object) -> bool:
-    """Whether a target value is one the rule names (1 is not true; 40 is 40.0)."""
-    if isinstance(value, bool) or isinstance(wanted, bool):
-        return value is wanted
-    if isinstance(value, (int, float)) and isinstance(wanted, (int, float)):
-        return abs(float(value) - float(wanted)) < 1e-9
-    return value == wanted

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from corral.contract.model import Contract
-from corral.contract.values import InvalidValue, Value, check
+from corral.contract.values import InvalidValue, Value, check, same_value
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,3 @@ def plan(
         # Nothing is sent until the new epoch is on record; then the caller plans again.
         return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded, held=held_back)
     return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded, held=held_back)
-
-
-
-def same_value(reported: object, wanted: Value) -> bool:
-    """Whether a reported value is the wanted one (1 is not True; 40 is 40.0)."""
-    if isinstance(wanted, bool) or isinstance(reported, bool):
-        return reported is wanted
-    if isinstance(wanted, (int, float)) and isinstance(reported, (int, float)):
-        return abs(float(reported) - float(wanted)) < 1e-9
-    return reported == wanted

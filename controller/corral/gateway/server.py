@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from corral import __version__
-from corral.api.codes import FINAL_PHASES, DecisionCode
+from corral.api.codes import FINAL_PHASES, READINGS_MAX_WINDOW_S, DecisionCode
 from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
@@ -34,7 +34,6 @@ from corral.gateway import readings
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
 from corral.gateway.toolset import (
-    MAX_READ_WINDOW_S,
     MAX_WAIT_S,
     OVERLAY_TOOLS,
     ArgumentError,
@@ -230,8 +229,8 @@ class Gateway:
                                           or not all(isinstance(m, str) for m in metrics_asked)):
             raise ArgumentError("metrics must be a list of metric names from iot.query.")
         window_s = args.get("window_s", 60)
-        if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not 0 <= window_s <= MAX_READ_WINDOW_S:
-            raise ArgumentError(f"window_s must be a number of seconds from 0 to {MAX_READ_WINDOW_S}.")
+        if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not 0 <= window_s <= READINGS_MAX_WINDOW_S:
+            raise ArgumentError(f"window_s must be a number of seconds from 0 to {READINGS_MAX_WINDOW_S}.")
         try:
             found = await self._readings(view, device.namespace, device.name, metrics_asked, float(window_s))
         except readings.ReadingsUnavailable as err:

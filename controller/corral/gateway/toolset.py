@@ -66,7 +66,6 @@ _WAIT_S = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
 _REASON = {"type": "string", "minLength": 1, "maxLength": 512, "description": "Why, in one sentence (audited)."}
 _DRY_RUN = {"type": "boolean", "description": "Run every check and answer the code it would end with; nothing is "
                                               "executed."}
-MAX_READ_WINDOW_S = READINGS_MAX_WINDOW_S
 _READINGS_OUTPUT = {
     "type": "object",
     "properties": {
@@ -190,7 +189,7 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, annotatable: list[
                 "device_id": _device_id_schema(listenable),
                 "metrics": {"type": "array", "items": {"type": "string"}, "maxItems": 32,
                             "description": "Only these metrics (default: all)."},
-                "window_s": {"type": "number", "minimum": 0, "maximum": MAX_READ_WINDOW_S}},
+                "window_s": {"type": "number", "minimum": 0, "maximum": READINGS_MAX_WINDOW_S}},
              "required": ["device_id"], "additionalProperties": False},
             _READINGS_OUTPUT, _READ_ONLY))
     controllable = [d for d in devices if grants.controllable(d)]

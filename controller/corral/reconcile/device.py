@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget
 from corral.audit.events import EventRecorder
+from corral.contract.values import same_value
 from corral.devices.commands import CommandTimeout
-from corral.devices.plan import Command, Plan, plan, same_value
+from corral.devices.plan import Command, Plan, plan
 from corral.reconcile.cache import Body, DeviceCache, key_of
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.driver import Driver, Pin, Superseded

@@ -122,15 +122,22 @@ class ReadServer:
         return await handler(request)
 
     async def _allowed(self, request: web.Request, namespace: str | None) -> web.Response | None:
+        where = f"in namespace {namespace}" if namespace else "cluster-wide (or pass ?namespace=NS)"
+        return await self._refusal(request, AUDIT_VERB, namespace, None,
+                                   f"read the audit log {where}: it needs the verb '{AUDIT_VERB}' on devices.corral.dev "
+                                   "there")
+
+    async def _refusal(self, request: web.Request, verb: str, namespace: str | None, device: str | None,
+                       refused: str) -> web.Response | None:
+        """None when the caller holds `verb` (SubjectAccessReview); else 403 '<caller> may not <refused>', or 503
+        when the API server cannot be asked."""
         caller = request[CALLER]
         try:
-            if await self.reviews.may(caller, AUDIT_VERB, namespace):
+            if await self.reviews.may(caller, verb, namespace, device):
                 return None
         except ApiError as err:
             return _problem(503, f"could not ask the API server what {caller.username} may do: {err.message}")
-        where = f"in namespace {namespace}" if namespace else "cluster-wide (or pass ?namespace=NS)"
-        return _problem(403, f"{caller.username} may not read the audit log {where}: it needs the verb "
-                             f"'{AUDIT_VERB}' on devices.corral.dev there")
+        return _problem(403, f"{caller.username} may not {refused}")
 
     async def records(self, request: web.Request) -> web.StreamResponse:
         query = request.query
@@ -180,15 +187,13 @@ class ReadServer:
 
     async def device_readings(self, request: web.Request) -> web.StreamResponse:
         assert self.source is not None
-        caller, namespace, name = request[CALLER], request.match_info["namespace"], request.match_info["name"]
-        try:
-            allowed = await self.reviews.may(caller, readings.LISTEN_VERB, namespace, name)
-        except ApiError as err:
-            return _problem(503, f"could not ask the API server what {caller.username} may do: {err.message}")
-        if not allowed:
-            # The same answer whether or not the Device exists: a refusal must not confirm that it does.
-            return _problem(403, f"{caller.username} may not read the samples of device {namespace}/{name}: it needs "
-                                 f"the verb '{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        # The same answer whether or not the Device exists: a refusal must not confirm that it does.
+        denied = await self._refusal(request, readings.LISTEN_VERB, namespace, name,
+                                     f"read the samples of device {namespace}/{name}: it needs the verb "
+                                     f"'{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+        if denied is not None:
+            return denied
         try:
             metrics, window_s = readings.parse_query(request.query)
         except readings.BadQuery as err:
