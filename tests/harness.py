@@ -19,7 +19,7 @@ from typing import TypeVar
 import kubernetes
 
 from corral.api import KINDS
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.client.apply import apply_yaml as apply
 from corral.devcluster.plane import Plane
 
@@ -128,18 +128,42 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: {name}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
-subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]
+subjects: [{{kind: ServiceAccount, name: {account}, namespace: {namespace}}}]
 """
 
 
 def grant(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, name: str, device_verbs: str,
-          approval_verbs: str, wait_verb: str) -> kubernetes.client.ApiClient:
-    """A ServiceAccount `name` with a Role of these verbs; its client, once RBAC lets it `wait_verb` devices."""
-    apply_yaml(admin, GRANT_ROLE.format(name=name, namespace=namespace, device_verbs=device_verbs,
-                                   approval_verbs=approval_verbs), namespace)
-    client = api_client(plane, token=service_account_token(admin, namespace, name))
+          approval_verbs: str, wait_verb: str, person: bool = False) -> kubernetes.client.ApiClient:
+    """A ServiceAccount `name` with a Role of these verbs; its client, once RBAC lets it `wait_verb` devices.
+
+    person: the ServiceAccount is a person's (PEOPLE_NAMESPACE, named `{namespace}-{name}` there, see person_name),
+    as an approver must be; the Role and its binding are in `namespace` all the same."""
+    account_namespace, account = (PEOPLE_NAMESPACE, person_name(namespace, name)) if person else (namespace, name)
+    if person:
+        ensure_people_namespace(admin)
+    apply_yaml(admin, GRANT_ROLE.format(name=name, namespace=account_namespace, account=account,
+                                        device_verbs=device_verbs, approval_verbs=approval_verbs), namespace)
+    client = api_client(plane, token=service_account_token(admin, account_namespace, account))
     wait_until_allowed(client, wait_verb, namespace, "devices")
     return client
+
+
+def person_name(namespace: str, name: str) -> str:
+    """The ServiceAccount (in PEOPLE_NAMESPACE) of the person `name` of a test namespace."""
+    return f"{namespace}-{name}"[:63]
+
+
+def person_user(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{PEOPLE_NAMESPACE}:{person_name(namespace, name)}"
+
+
+def ensure_people_namespace(admin: kubernetes.client.ApiClient) -> None:
+    """The namespace whose ServiceAccounts are people; shared by every test, never deleted."""
+    try:
+        kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": PEOPLE_NAMESPACE}})
+    except kubernetes.client.ApiException as err:
+        if err.status != 409:
+            raise
 
 
 def rss_mib(pid: int) -> float:

@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.api.roles import USER_ROLE_RULES
 from corral.audit.keys import load_private_key
 from corral.cli.main import cli
@@ -43,7 +43,14 @@ from tests.broker_harness import dynsec_at
 from tests.controller_harness import CORRAL
 from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
-from tests.harness import api_client, healthz, service_account_token, wait_for, wait_until_allowed
+from tests.harness import (
+    api_client,
+    ensure_people_namespace,
+    healthz,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
 from tests.helm_harness import KUBE_VERSION, Helm, helm_binary
 from tests.mqtt5_harness import Account, client
 
@@ -436,7 +443,7 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     args = localized(args, tmp_path, mounted)
     env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "CORRAL_MQTT_URL": plane.mqtt_url_as(files.BROKER_CONTROLLER)}
     agent_token = _user(installed, "agent", "agent-operator")
-    approver_token = _user(installed, "approver", "approver")
+    approver_token = _user(installed, "approver", "approver", person=True)
     agent = api_client(plane, token=agent_token)
     log = tmp_path / "controller.log"
     with running_fleet(plane, "chart", {"porch-light": "light", "back-lock": "lock"},
@@ -620,13 +627,18 @@ def kubeconfig_client(path: Path) -> kubernetes.client.ApiClient:
     return kubernetes.config.new_client_from_config(config_file=str(path))
 
 
-def _user(installed: Installed, name: str, role: str) -> str:
+def _user(installed: Installed, name: str, role: str, person: bool = False) -> str:
+    """A ServiceAccount bound to one of the chart's roles in HOME: an agent's, or (person) one of the people
+    namespace, as an approver must be."""
+    account_ns = PEOPLE_NAMESPACE if person else HOME
+    if person:
+        ensure_people_namespace(installed.admin)
     rbac = kubernetes.client.RbacAuthorizationV1Api(installed.admin)
     rbac.create_namespaced_role_binding(HOME, {
         "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{RELEASE}-{role}"},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": HOME}]})
-    token = service_account_token(installed.admin, HOME, name)
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": account_ns}]})
+    token = service_account_token(installed.admin, account_ns, name)
     wait_until_allowed(api_client(installed.plane, token=token), "get", HOME, "intents")
     return token
 

@@ -27,7 +27,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.client.intents import decide_on
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
@@ -43,7 +43,15 @@ from tests.gateway_harness import (
     kubeconfig_for,
     stdio_client,
 )
-from tests.harness import api_client, apply_yaml, service_account_token, wait_for, wait_until_allowed
+from tests.harness import (
+    api_client,
+    apply_yaml,
+    ensure_people_namespace,
+    person_name,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +89,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: {who}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {who}}}
-subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]
+subjects: [{{kind: ServiceAccount, name: {account}, namespace: {account_ns}}}]
 """
 
 SECOND_OPERATOR = """
@@ -115,9 +123,12 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
     prefix = f"gw-{uuid.uuid4().hex[:8]}"
     apply_yaml(corral_api, RBAC.format(ns=namespace), namespace)
     tokens, kubeconfigs = {}, {}
+    ensure_people_namespace(corral_api)
     for who in ("reader", "operator", "approver"):
-        apply_yaml(corral_api, BINDINGS.format(ns=namespace, who=who), namespace)
-        tokens[who] = gateway_token(corral_api, namespace, who)  # for the HTTP gateway; the API server takes it too
+        # The approver is a person: a ServiceAccount of the people namespace (the others are programs).
+        account_ns, account = (PEOPLE_NAMESPACE, person_name(namespace, who)) if who == "approver" else (namespace, who)
+        apply_yaml(corral_api, BINDINGS.format(who=who, account=account, account_ns=account_ns), namespace)
+        tokens[who] = gateway_token(corral_api, account_ns, account)  # for the HTTP gateway; the API server too
         kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
         wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
     with capabilities_readable(corral_api, namespace, *tokens), running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:

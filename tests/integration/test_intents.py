@@ -22,17 +22,27 @@ import kubernetes
 import pytest
 import yaml
 
-from corral.api.codes import API_VERSION, GROUP, VERSION
-from corral.client.intents import decide_on, submit, wait_settled
+from corral.api.codes import API_VERSION, GROUP, PEOPLE_NAMESPACE, VERSION
+from corral.client.intents import Identity, approval_body, decide_on, identity, submit, wait_settled
 from corral.devcluster.plane import Plane
 from corral_sim.fleet import Faults
-from tests.controller_harness import ControllerProcess, device, set_target
+from tests.controller_harness import ControllerProcess, device, events, set_target
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
-from tests.harness import grant, service_account_token, wait_for
+from tests.harness import (
+    api_client,
+    apply_yaml,
+    grant,
+    person_name,
+    person_user,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
 
 pytestmark = pytest.mark.integration
 
 FLEET = {"kitchen-light": "light", "front-lock": "lock", "hall-fan": "env_fan"}
+PEOPLE = {"approver"}  # ServiceAccounts in the people namespace; the others are programs
 
 
 @dataclass
@@ -46,6 +56,8 @@ class Home:
     admin: kubernetes.client.ApiClient
 
     def user(self, name: str) -> str:
+        if name in PEOPLE:
+            return person_user(self.namespace, name)
         return f"system:serviceaccount:{self.namespace}:{name}"
 
     def applies(self, device_id: str) -> list[tuple[str, Any]]:
@@ -62,7 +74,8 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
     }
     clients = {}
     for name, (device_verbs, approval_verbs) in grants.items():
-        clients[name] = grant(plane, corral_api, namespace, name, device_verbs, approval_verbs, "get")
+        clients[name] = grant(plane, corral_api, namespace, name, device_verbs, approval_verbs, "get",
+                              person=name in PEOPLE)
     with running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--intent-timeout", "4", "--approval-window", "60")
@@ -189,34 +202,115 @@ def test_a_denial_ends_the_intent_denied_by_approver(home: Home) -> None:
     assert "not while the kids are out" in done["status"]["message"]
 
 
+def _approval_status(home: Home, name: str) -> dict[str, Any]:
+    return kubernetes.client.CustomObjectsApi(home.admin).get_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "approvals", name).get("status") or {}
+
+
 @pytest.mark.parametrize(
     ("attack", "message"),
     [
-        ("self-approval", "cannot approve their own request"),
+        ("self-approval", "cannot decide on their own request"),
         ("other-parameters", "other parameters"),
         ("expired", "expired"),
         ("replay", "for another Intent"),
     ],
 )
-def test_approvals_that_must_not_count_end_in_deny_approval_and_run_nothing(home: Home, attack: str, message: str) -> None:
+def test_an_approval_that_does_not_count_is_refused_the_intent_waits_and_a_valid_one_runs_it_once(
+        home: Home, attack: str, message: str) -> None:
     intent = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
+    name = intent["metadata"]["name"]
     before = home.applies("front-lock").count(("locked", True))
     if attack == "self-approval":
-        _approval(home, intent, "operator")
+        bad = _approval(home, intent, "operator")
     elif attack == "other-parameters":
-        _approval(home, intent, "approver", paramsHash="0" * 64)
+        bad = _approval(home, intent, "approver", paramsHash="0" * 64)
     elif attack == "expired":
-        _approval(home, intent, "approver", expiresAt=(datetime.now(UTC) - timedelta(minutes=1)).strftime(
+        bad = _approval(home, intent, "approver", expiresAt=(datetime.now(UTC) - timedelta(minutes=1)).strftime(
             "%Y-%m-%dT%H:%M:%SZ"))
     else:
         earlier = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
         replayed = dict(intent)
         replayed["metadata"] = {**intent["metadata"], "uid": earlier["metadata"]["uid"]}
-        _approval(home, replayed, "approver")
-    done = _settled_final(home, intent["metadata"]["name"])
-    assert status(done) == ("Denied", "DENY_APPROVAL")
-    assert message in done["status"]["message"]
+        bad = _approval(home, replayed, "approver")
+    refused = wait_for(lambda: (s := _approval_status(home, bad["metadata"]["name"])).get("refused") and s,
+                       "the approval marked refused")
+    assert message in refused["message"]
+    waiting = wait_settled(home.admin, home.namespace, name, 1)
+    assert status(waiting) == ("AwaitingApproval", None) and message in waiting["status"]["message"]
+    assert any(e.reason == "ApprovalRefused" and message in (e.note or "")
+               for e in events(home.admin, home.namespace, bad["metadata"]["name"]))
     assert home.applies("front-lock").count(("locked", True)) == before
+    decide_on(home.approver, home.namespace, name, "Approve", "the right one")
+    assert status(_settled_final(home, name)) == ("Succeeded", "EXECUTED")
+    assert home.applies("front-lock").count(("locked", True)) == before + 1
+
+
+def test_only_people_approve_and_a_group_counts_only_when_the_api_server_vouches_for_it(
+        plane: Plane, home: Home) -> None:
+    # The operator holds `approve` but is a ServiceAccount of the agents' namespace: a program, never a person.
+    admin = identity(home.admin)  # its rights come from a group (system:masters), which the Intent carries
+    intent = ask(home, "admin", home.admin, "front-lock", "locked", "set_state", True, requester=admin.username,
+                 requesterGroups=list(admin.groups))
+    assert status(intent) == ("AwaitingApproval", None), intent.get("status")
+    program = _approval(home, intent, "operator")
+    refused = wait_for(lambda: (s := _approval_status(home, program["metadata"]["name"])).get("refused") and s,
+                       "the ServiceAccount's approval refused")
+    assert "outside corral-people, the namespace for people" in refused["message"]
+    # A RoleBinding to a group of people: carol holds approve only as a member of "household" (an identity
+    # provider's group; here impersonation, which counts as the impersonated identity).
+    apply_yaml(home.admin, HOUSEHOLD_APPROVERS, home.namespace)
+    carol = api_client(plane, impersonate="carol", group="household")
+    wait_until_allowed(carol, "approve", home.namespace, "devices")
+    # Claiming a group one is not in is refused by the API server, before the controller ever sees it: dave may
+    # create Approvals, and is no member of household.
+    dave = api_client(plane, impersonate="dave")
+    wait_until_allowed(dave, "create", home.namespace, "approvals")
+    with pytest.raises(kubernetes.client.ApiException) as forged:
+        kubernetes.client.CustomObjectsApi(dave).create_namespaced_custom_object(
+            GROUP, VERSION, home.namespace, "approvals", approval_body(intent_now(home, intent), "Approve", "",
+                                                                         Identity("dave", ("household",)),
+                                                                         timedelta(minutes=5)))
+    assert forged.value.status == 403
+    assert "approverGroups must be exactly the groups you are authenticated with" in forged.value.body
+    decide_on(carol, home.namespace, intent["metadata"]["name"], "Approve", "group member")
+    done = _settled_final(home, intent["metadata"]["name"])
+    assert status(done) == ("Succeeded", "EXECUTED")
+    assert _approval_status(home, done["status"]["approval"])["consumed"] is True
+    assert done["status"]["approval"].startswith(f"{intent['metadata']['name']}-approve-carol-")
+
+
+def intent_now(home: Home, intent: dict[str, Any]) -> dict[str, Any]:
+    return kubernetes.client.CustomObjectsApi(home.admin).get_namespaced_custom_object(
+        GROUP, VERSION, home.namespace, "intents", intent["metadata"]["name"])
+
+
+HOUSEHOLD_APPROVERS = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: household-approvers}
+rules:
+- {apiGroups: [corral.dev], resources: [devices], verbs: [get, list, read, approve]}
+- {apiGroups: [corral.dev], resources: [intents], verbs: [get, list]}
+- {apiGroups: [corral.dev], resources: [approvals], verbs: [get, list, create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: household-approvers}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: household-approvers}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: household}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: approval-writer}
+rules: [{apiGroups: [corral.dev], resources: [approvals], verbs: [create]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: approval-writer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: approval-writer}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: dave}]
+"""
 
 
 def test_a_requester_cannot_pretend_to_be_someone_else(home: Home) -> None:
@@ -278,7 +372,8 @@ def test_people_list_and_approve_pending_intents_with_the_cli(
     plane: Plane, home: Home, corral_api: kubernetes.client.ApiClient, tmp_path: Path
 ) -> None:
     intent = ask(home, "operator", home.operator, "front-lock", "locked", "set_state", True)
-    kubeconfig = _kubeconfig_for(plane, service_account_token(corral_api, home.namespace, "approver"),
+    kubeconfig = _kubeconfig_for(plane, service_account_token(corral_api, PEOPLE_NAMESPACE,
+                                                              person_name(home.namespace, "approver")),
                                  tmp_path / "approver.kubeconfig")
     corral = [str(Path(sys.executable).parent / "corral")]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
@@ -340,7 +435,7 @@ def test_a_request_nobody_approves_expires_as_deny_approval(
         finally:
             controller.stop()
         assert status(expired) == ("Denied", "DENY_APPROVAL")
-        assert "No approval arrived within" in expired["status"]["message"]
+        assert "No valid approval arrived within" in expired["status"]["message"]
         assert ("locked", True) not in hardware_applies(fleet, "shed-lock")
 
 

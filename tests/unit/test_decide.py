@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.contract.model import Contract
-from corral.decide.approvals import ApprovalView
+from corral.decide.approvals import ApprovalView, People
 from corral.decide.decision import (
     PIPELINE,
     RECHECKED,
@@ -146,20 +146,62 @@ def test_a_deny_from_a_valid_approver_is_denied_by_approver() -> None:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        (dict(approver="agent"), "agent cannot approve their own request"),
+        (dict(approver="agent"), "agent cannot decide on their own request"),
         (dict(intent_uid="11111111-2222-3333-4444-555555555555"), "it is for another Intent"),
         (dict(params_hash="b" * 64), "other parameters"),
         (dict(consumed=True), "already used"),
         (dict(approver_may_approve=False), "alice does not hold the 'approve' verb"),
+        (dict(approver="system:serviceaccount:home:agent-2"), "a ServiceAccount outside corral-people"),
+        (dict(approver="system:kube-controller-manager"), "a Kubernetes system identity"),
         (dict(created_at=NOW - timedelta(minutes=6)), "expired"),
         (dict(expires_at=NOW - timedelta(seconds=1)), "expired"),
         # An approval cannot extend itself past the policy's lifetime.
         (dict(created_at=NOW - timedelta(minutes=6), expires_at=NOW + timedelta(hours=1)), "expired"),
+        # A denial that does not count does not end the request either.
+        (dict(decision="Deny", approver="agent"), "agent cannot decide on their own request"),
+        (dict(decision="Deny", params_hash="b" * 64), "other parameters"),
     ],
 )
-def test_approvals_that_must_not_count_end_the_intent_with_deny_approval(bad: dict, message: str) -> None:
-    decision = run(intent(actuator="bolt", action="set_mode", value="unlocked"), approvals=[approval(**bad)])
-    assert decision.code == "DENY_APPROVAL" and message in decision.message
+def test_an_approval_that_does_not_count_is_refused_and_the_intent_keeps_waiting(bad: dict, message: str) -> None:
+    lock = intent(actuator="bolt", action="set_mode", value="unlocked")
+    decision = run(lock, approvals=[approval(name="bad-1", **bad)])
+    assert decision.outcome == "await_approval" and message in decision.message
+    assert [(r.approval, message in r.reason) for r in decision.refused] == [("bad-1", True)]
+    # ... and a valid approval after it counts; the refused one is still reported, to be marked so.
+    then = run(lock, approvals=[approval(name="bad-1", **bad), approval(created_at=NOW - timedelta(seconds=5))])
+    assert (then.outcome, then.approvals, [r.approval for r in then.refused]) == ("execute", ("ok-1",), ["bad-1"])
+
+
+def test_a_request_whose_window_closes_with_only_refused_approvals_ends_deny_approval_saying_it_expired() -> None:
+    late = intent(actuator="bolt", action="set_mode", value="unlocked", created_at=NOW - timedelta(minutes=5))
+    decision = run(late, approvals=[approval(approver="agent")])
+    assert decision.code == "DENY_APPROVAL" and "it expired" in decision.message
+    assert "cannot decide on their own request" in decision.message and len(decision.refused) == 1
+
+
+def test_people_are_users_and_service_accounts_of_the_people_namespace_or_named_ones() -> None:
+    people = People(namespace="corral-people", also=frozenset({"system:serviceaccount:ops:pager"}))
+    assert people.includes("alice") and people.includes("oidc:alice@example.com")
+    assert people.includes("system:serviceaccount:corral-people:alice")
+    assert people.includes("system:serviceaccount:ops:pager")
+    assert not people.includes("system:serviceaccount:home:agent")
+    assert not people.includes("system:serviceaccount:corral-people")  # not a ServiceAccount name at all
+    assert not people.includes("system:anonymous") and not people.includes("system:node:pi")
+    other = Policy(people=People(namespace="household"))
+    lock = intent(actuator="bolt", action="set_mode", value="unlocked")
+    sa = approval(approver="system:serviceaccount:household:bob")
+    assert run(lock, approvals=[sa], policy=other).outcome == "execute"
+    assert run(lock, approvals=[sa]).outcome == "await_approval"
+
+
+def test_a_withdrawn_intent_ends_cancelled_before_anything_else_and_again_right_before_it_runs() -> None:
+    withdrawn = intent(actuator="bolt", action="set_mode", value="unlocked", cancelled="changed my mind")
+    decision = run(withdrawn, approvals=[approval()])
+    assert (decision.code, decision.outcome) == ("CANCELLED", "final")
+    assert "changed my mind" in decision.message and "nothing was executed" in decision.message
+    assert run(replace(withdrawn, device="gone"), DeviceFacts(False, None, None, None)).code == "CANCELLED"
+    found = recheck(withdrawn, DEVICE, True, NOW)
+    assert found is not None and found.code == "CANCELLED"
 
 
 def test_critical_risk_can_require_two_distinct_approvers() -> None:
@@ -236,9 +278,9 @@ GUARDED = Guards(paused=True, hold="its new contract lowers the risk of bolt; a 
 
 def test_the_pipeline_order_is_pinned_for_the_whole_product() -> None:
     assert [c.name for c in PIPELINE] == [
-        "device known", "action known", "arguments", "RBAC verb", "agents paused", "contract hold", "interlocks",
-        "lease", "cited readings", "approval", "device online"]
-    assert {"RBAC verb", "agents paused", "contract hold", "interlocks", "lease"} == RECHECKED
+        "withdrawn", "device known", "action known", "arguments", "RBAC verb", "agents paused", "contract hold",
+        "interlocks", "lease", "cited readings", "approval", "device online"]
+    assert {"withdrawn", "RBAC verb", "agents paused", "contract hold", "interlocks", "lease"} == RECHECKED
 
 
 def test_the_safety_envelope_is_checked_in_its_order_after_scope_and_before_readings() -> None:

@@ -15,14 +15,13 @@ from corral.contract.model import Contract
 from corral.decide.decision import DeviceFacts, Guards, IntentFacts, InterlockVerdict, Received, decide, recheck
 from corral.decide.interlocks import (
     Compiled,
-    Requirement,
     Rule,
-    Selector,
     applies,
     compile_rule,
     evaluate,
     recent_readings,
 )
+from corral.decide.selectors import Requirement, Selector
 from corral.devices.plan import Command, Plan
 from corral.devices.telemetry import Reading
 from corral.reconcile.cache import DeviceCache

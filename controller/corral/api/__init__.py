@@ -4,9 +4,10 @@ from corral.api.approval import Approval
 from corral.api.capability import Capability
 from corral.api.checkpoint import AuditCheckpoint
 from corral.api.device import Device
+from corral.api.grant import ApprovalGrant
 from corral.api.intent import Intent
 from corral.api.interlock import Interlock
 
-KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint, Interlock)
+KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant)
 
-__all__ = ["KINDS", "Approval", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock"]
+__all__ = ["KINDS", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock"]

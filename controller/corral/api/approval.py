@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from corral.api.base import SHA256_HEX, KubeModel, Resource, Text512, Text1024
+from corral.api.base import SHA256_HEX, Groups, KubeModel, Resource, Text512, Text1024
 
 UID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -30,6 +30,11 @@ class ApprovalSpec(KubeModel):
     approver: Annotated[str, Field(min_length=1, max_length=512)] = Field(
         description="Username of the creator; the API server rejects any other value. Immutable."
     )
+    approver_groups: Groups | None = Field(
+        default=None,
+        description="The creator's groups (filled in by corral approve and the approval page); the API server rejects "
+                    "any other set. Unset: a right granted to a group of the approver's does not count.",
+    )
     reason: Text512 = Field(default="", description="Why, in a sentence (optional for Approve).")
     expires_at: datetime | None = Field(
         default=None, description="After this the approval no longer counts (the controller also caps its lifetime)."
@@ -37,8 +42,12 @@ class ApprovalSpec(KubeModel):
 
 
 class ApprovalStatus(KubeModel):
-    """Whether the approval has been used; written only by the controller."""
+    """Whether the approval counted and has been used; written only by the controller."""
 
+    refused: bool | None = Field(
+        default=None,
+        description="True when this approval does not count (message says why); the Intent keeps waiting for one that does.",
+    )
     consumed: bool | None = Field(default=None, description="True once an execution used this approval; it never counts again.")
     consumed_at: datetime | None = Field(default=None, description="When it was used.")
     message: Text1024 = Field(default="", description="Why the approval was or was not accepted.")
@@ -56,7 +65,9 @@ class Approval(Resource):
         {"name": "Intent", "type": "string", "jsonPath": ".spec.intent.name"},
         {"name": "Decision", "type": "string", "jsonPath": ".spec.decision"},
         {"name": "Approver", "type": "string", "jsonPath": ".spec.approver"},
+        {"name": "Refused", "type": "boolean", "jsonPath": ".status.refused"},
         {"name": "Consumed", "type": "boolean", "jsonPath": ".status.consumed", "priority": 1},
+        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
     ]
 
     kind: Literal["Approval"] = "Approval"

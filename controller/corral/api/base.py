@@ -48,6 +48,10 @@ Text1024 = Annotated[str, Field(max_length=1024, json_schema_extra=_NO_CONTROL_S
 # Any JSON value (a target state may be a bool, a number or a string, as the
 # contract says). The API server keeps such a field as it is; the contract, not
 # the schema, decides what is valid.
+# The groups Kubernetes authenticated the creator with, filled in by clients (from a SelfSubjectReview); an
+# admission policy requires them to equal request.userInfo.groups, so the controller may use them in its reviews.
+Groups = Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]], Field(max_length=64)]
+
 JsonValue = Annotated[
     bool | int | float | str,
     WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True}),

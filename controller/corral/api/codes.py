@@ -31,6 +31,12 @@ OVERLAY_MANAGER: Final = "corral-overlay"  # spec.overlay (alias, location, note
 # the API server's --api-audiences must include it, so that the same token also works against the API server.
 GATEWAY_AUDIENCE: Final = "corral-gateway"
 
+# The requester withdraws an Intent that has not run yet by setting this annotation (a reason) on it; an
+# admission policy lets nobody else set it, and the controller ends the Intent CANCELLED.
+CANCEL_ANNOTATION: Final = "corral.dev/cancel"
+# ServiceAccounts in this namespace are people (who may approve); the chart's default (`approvals.peopleNamespace`).
+PEOPLE_NAMESPACE: Final = "corral-people"
+
 DecisionCode = Literal[
     "EXECUTED",
     "DEDUP",

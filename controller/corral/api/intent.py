@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
-from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text512, Text1024
+from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, Groups, JsonValue, KubeModel, Resource, Text512, Text1024
 from corral.api.codes import DecisionCode, Phase
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
@@ -77,6 +77,12 @@ class IntentSpec(KubeModel):
     requester: Annotated[str, Field(min_length=1, max_length=512)] = Field(
         description="Username of the creator; the API server rejects any other value. Immutable."
     )
+    requester_groups: Groups | None = Field(
+        default=None,
+        description="The creator's groups, as Kubernetes authenticated them (corral fills them in from a "
+                    "SelfSubjectReview); the API server rejects any other set. Unset: RBAC granted to groups of people "
+                    "does not count for this request, only what the username alone implies.",
+    )
     based_on: Annotated[list[Observation], Field(max_length=16)] = Field(
         default_factory=list,
         description="Sensor readings the request relies on: each must be a sample the controller received (its ts), "
@@ -120,6 +126,9 @@ class IntentStatus(KubeModel):
     )
     approval: Annotated[str, Field(max_length=253)] | None = Field(
         default=None, description="Name of the Approval that was consumed, if one was needed."
+    )
+    grant: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None, description="Name of the ApprovalGrant one use of which let it run without an Approval."
     )
     command_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$", max_length=64)] | None = Field(
         default=None,

@@ -1,8 +1,10 @@
 """ValidatingAdmissionPolicies that make identities unforgeable, shipped beside the CRDs.
 
-`Intent.spec.requester` and `Approval.spec.approver` must be the username of
-whoever creates the object, so an agent cannot act in someone else's name and
-nobody can sign an approval as someone else. The CRD schemas already make the
+`Intent.spec.requester`, `Approval.spec.approver` and `ApprovalGrant.spec.grantor`
+must be the username of whoever creates the object, and their groups (when filled
+in) exactly the creator's groups, so an agent cannot act in someone else's name,
+nobody can sign an approval as someone else, and nobody can claim a group to gain
+a right. Only the requester may cancel an Intent. The CRD schemas already make the
 specs immutable; the policies also refuse a changed identity on update so the
 rule reads complete here. What a policy cannot see (an approver approving
 their own Intent) the controller enforces.
@@ -16,12 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import CANCEL_ANNOTATION, GROUP, VERSION
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 
 
 def _identity_policy(name: str, plural: str, kind: str, field: str, article: str) -> list[dict[str, Any]]:
+    return _policy(name, plural, _identity_rules(kind, field, article))
+
+
+def _identity_rules(kind: str, field: str, article: str) -> list[tuple[str, str]]:
+    """spec.FIELD is the creator's username and spec.FIELDGroups, when set, exactly the creator's groups (as a set:
+    order is not meaningful), so the controller may ask RBAC about them as if it were that person."""
     create_rule = (
         f"request.operation != 'CREATE' || object.spec.{field} == request.userInfo.username"
     )
@@ -34,7 +42,27 @@ def _identity_policy(name: str, plural: str, kind: str, field: str, article: str
     update_message = (
         f"'spec.{field} cannot change (it was \"' + oldObject.spec.{field} + '\"); create a new {kind} instead.'"
     )
-    return _policy(name, plural, [(create_rule, create_message), (update_rule, update_message)])
+    mine = "(has(request.userInfo.groups) ? request.userInfo.groups : [])"
+    groups = f"object.spec.{field}Groups"
+    groups_rule = (f"request.operation != 'CREATE' || !has({groups}) || "
+                   f"({groups}.all(g, g in {mine}) && {mine}.all(g, g in {groups}))")
+    groups_message = (
+        f"'spec.{field}Groups must be exactly the groups you are authenticated with: [' + {mine}.join(', ') + "
+        f"'], but the {kind} says [' + {groups}.join(', ') + ']. Leave it out, or let corral fill it in.'"
+    )
+    return [(create_rule, create_message), (update_rule, update_message), (groups_rule, groups_message)]
+
+
+def _cancel_rule() -> tuple[str, str]:
+    """Only an Intent's requester withdraws it: nobody else may set or change the cancel annotation."""
+    def value(obj: str) -> str:
+        return (f"(has({obj}.metadata.annotations) && '{CANCEL_ANNOTATION}' in {obj}.metadata.annotations ? "
+                f"{obj}.metadata.annotations['{CANCEL_ANNOTATION}'] : '')")
+    rule = (f"request.operation != 'UPDATE' || {value('object')} == {value('oldObject')} || "
+            "request.userInfo.username == object.spec.requester")
+    message = (f"'only the requester (' + object.spec.requester + ') may cancel this Intent (annotation "
+               f"{CANCEL_ANNOTATION}); you are ' + request.userInfo.username + '. An approver denies instead.'")
+    return rule, message
 
 
 def _policy(name: str, plural: str, rules: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -95,7 +123,8 @@ def _accept_contract_policy(name: str) -> list[dict[str, Any]]:
 
 def admission_policies() -> list[dict[str, Any]]:
     return [
-        *_identity_policy("corral-intent-requester", "intents", "Intent", "requester", "An"),
+        *_policy("corral-intent-requester", "intents", [*_identity_rules("Intent", "requester", "An"), _cancel_rule()]),
         *_identity_policy("corral-approval-approver", "approvals", "Approval", "approver", "An"),
+        *_identity_policy("corral-grant-grantor", "approvalgrants", "ApprovalGrant", "grantor", "An"),
         *_accept_contract_policy("corral-device-accept-contract"),
     ]

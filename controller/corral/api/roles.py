@@ -30,8 +30,10 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
     "agent-operator": [
         # annotate: the overlay (alias, note, location), set by Intents; it gives no control over spec.target
         _rule(GROUP, ["devices"], ["get", "list", "watch", "read", "listen", "write", "annotate"]),
-        # watch: the gateway follows an Intent to its outcome instead of polling it
-        _rule(GROUP, ["intents"], ["get", "list", "watch", "create"]),
+        # watch: the gateway follows an Intent to its outcome instead of polling it. patch: the requester
+        # withdraws its own waiting Intent (annotation corral.dev/cancel; an admission policy allows nobody else,
+        # and the spec is immutable).
+        _rule(GROUP, ["intents"], ["get", "list", "watch", "create", "patch"]),
         _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
         _rule(READINGS_GROUP, ["devices"], ["get"]),
     ],
@@ -39,6 +41,8 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         _rule(GROUP, ["devices"], ["get", "list", "read", "approve"]),
         _rule(GROUP, ["intents"], ["get", "list", "watch"]),
         _rule(GROUP, ["approvals"], ["get", "list", "create"]),
+        # Standing approvals, in bounds; revoking one is deleting it.
+        _rule(GROUP, ["approvalgrants"], ["get", "list", "watch", "create", "delete"]),
         # People keep the safety rules: whoever may approve actions on devices may also forbid them.
         _rule(GROUP, ["interlocks"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
         _rule("events.k8s.io", ["events"], ["list"]),

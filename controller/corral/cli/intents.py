@@ -13,7 +13,7 @@ import kubernetes
 from corral.api.codes import GROUP, VERSION
 from corral.cli.kubeopts import connect, kube_options
 from corral.client.errors import api_message
-from corral.client.intents import decide_on, outcome_code, submit, wait_settled, whoami
+from corral.client.intents import decide_on, identity, outcome_code, submit, wait_settled
 
 
 @click.group(invoke_without_command=True)
@@ -74,7 +74,9 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
     if action is None:
         action = _action_of(client, namespace, device, actuator)
     spec: dict[str, Any] = {"device": device, "actuator": actuator, "action": action, "params": {"value": value},
-                            "reason": reason, "requester": whoami(client)}
+                            "reason": reason}
+    me = identity(client)
+    spec.update(requester=me.username, requesterGroups=list(me.groups))
     if based_on:
         spec["basedOn"] = [_observation(item) for item in based_on]
     if dry_run:

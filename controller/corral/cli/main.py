@@ -7,12 +7,15 @@ import click
 from corral import __version__
 from corral.cli.audit import audit
 from corral.cli.broker import broker
+from corral.cli.console import console
 from corral.cli.crds import crds
 from corral.cli.demo import demo
 from corral.cli.dev import dev
 from corral.cli.devices import devices
+from corral.cli.grants import grants
 from corral.cli.intents import approve, deny, intents
 from corral.cli.mcp import mcp, tools
+from corral.cli.people import people
 from corral.cli.readings import readings
 from corral.cli.run import run
 from corral.cli.sim import sim
@@ -26,14 +29,17 @@ def cli() -> None:
 
 cli.add_command(audit)
 cli.add_command(broker)
+cli.add_command(console)
 cli.add_command(crds)
 cli.add_command(demo)
 cli.add_command(dev)
 cli.add_command(devices)
+cli.add_command(grants)
 cli.add_command(intents)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(mcp)
+cli.add_command(people)
 cli.add_command(readings)
 cli.add_command(run)
 cli.add_command(sim)

@@ -61,6 +61,10 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
                    "APIService readings.corral.dev is not routed; default: through the API server.")
 @click.option("--readings-ca", type=click.Path(dir_okay=False),
               help="CA certificate of --readings-url (the controller's serving-ca.crt; read at first use).")
+@click.option("--console-url", metavar="URL",
+              help="The approval page (corral console), e.g. https://corral.example; a client with the MCP tasks "
+                   "extension and URL-mode elicitation is offered URL/intents/NAMESPACE/NAME while a person must "
+                   "approve.")
 @click.option("--device-tools", is_flag=True, help="Also publish one tool per device actuator, {device}.{actuator}.{action}.")
 @click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
               help="Seconds iot.control waits for an outcome before answering PENDING.")
@@ -84,7 +88,7 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None, audience: str,
-        readings_url: str | None, readings_ca: str | None, device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
+        readings_url: str | None, readings_ca: str | None, console_url: str | None, device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
         audit_dir: str | None, audit_key: str | None, no_create_audit_key: bool, audit_checkpoint: str | None,
         audit_checkpoint_interval: float, verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
@@ -96,6 +100,10 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
                                "access_refresh_s": access_refresh}
     if readings_ca and not readings_url:
         raise click.UsageError("--readings-ca needs --readings-url")
+    from corral.gateway.tasks import valid_console_url
+    if console_url is not None and not valid_console_url(console_url):
+        raise click.BadParameter(f"{console_url!r}: an http(s) URL with a host, no query", param_hint="--console-url")
+    options["console_url"] = console_url
     from corral.gateway.readings import Direct
     direct = Direct(readings_url, readings_ca) if readings_url else None
     from corral.gateway.serve import http_app, serve_http, serve_stdio  # the SDK's server stack loads only here

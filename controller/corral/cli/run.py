@@ -13,15 +13,19 @@ import click
 import kopf
 import kubernetes
 
+from corral.api.codes import PEOPLE_NAMESPACE
 from corral.audit.signer import Retention
 from corral.cli.obsopts import observability_options
 from corral.contract.trust import RiskFloors
+from corral.decide.approvals import SERVICE_ACCOUNT_PREFIX, People
 from corral.decide.decision import Policy
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
 from corral.reconcile.intents import IntentSettings
+from corral.reconcile.notify import load_config as load_notify_config
+from corral.reconcile.notify_payloads import NotifySettings, check_url
 from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
 
 # Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
@@ -57,6 +61,12 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Seconds a sensor reading an Intent relies on (basedOn) may be old.")
 @click.option("--approval-window", type=float, default=300.0, show_default=True,
               help="Seconds an Intent waits for approval, and an approval stays good.")
+@click.option("--people-namespace", default=PEOPLE_NAMESPACE, show_default=True, metavar="NS",
+              help="ServiceAccounts in this namespace are people and may approve; other ServiceAccounts are programs, "
+                   "which never approve (Users always may, with the approve verb). Keep agents' roles out of it.")
+@click.option("--approver-service-account", "approver_service_accounts", multiple=True, metavar="NS/NAME",
+              help="A ServiceAccount outside --people-namespace that may approve anyway (repeatable). Each one weakens "
+                   "the two-person rule: whatever holds its token approves like a person.")
 @click.option("--contract-hold-window", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Seconds an Intent on a held Device (a changed contract nobody accepted yet) waits before it is "
                    "denied with DENY_CONTRACT_HOLD.")
@@ -110,6 +120,12 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Read the requestheader CA, allowed names and headers at start from the ConfigMap "
                    f"{AUTH_CONFIGMAP[0]}/{AUTH_CONFIGMAP[1]}, where kube-apiserver publishes them (needs the Role "
                    "extension-apiserver-authentication-reader there; the chart binds it).")
+# Approval requests to webhooks (reconcile/notify.py, docs/controller.md "Notifications").
+@click.option("--notify-config", type=click.Path(dir_okay=False, exists=True),
+              help="YAML or JSON file of webhooks (ntfy, slack, json) told when an Intent starts waiting for approval; "
+                   "their URLs and headers may come from files (a mounted Secret).")
+@click.option("--console-url", metavar="URL",
+              help="Base URL of the approval console: notifications link to URL/intents/NAMESPACE/NAME.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
@@ -126,6 +142,8 @@ def run(
     approvals: tuple[str, ...],
     freshness: float,
     approval_window: float,
+    people_namespace: str,
+    approver_service_accounts: tuple[str, ...],
     contract_hold_window: float,
     risk_floors: tuple[str, ...],
     capability_grace: float,
@@ -149,6 +167,8 @@ def run(
     requestheader_client_ca_file: str | None,
     requestheader_allowed_names: str,
     requestheader_from_cluster: bool,
+    notify_config: str | None,
+    console_url: str | None,
     verbose: bool,
 ) -> None:
     """Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."""
@@ -163,6 +183,7 @@ def run(
     if requestheader_from_cluster and requestheader_client_ca_file:
         raise click.UsageError("--requestheader-from-cluster reads the requestheader CA from the cluster; "
                                "leave out --requestheader-client-ca-file")
+    notifications, console = _notifications(notify_config), _console_url(console_url)  # checked before anything runs
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
@@ -196,6 +217,8 @@ def run(
         serve_cert_file=serve_cert,
         serve_key_file=serve_key,
         front_proxy=_front_proxy(requestheader_client_ca_file, requestheader_allowed_names, requestheader_from_cluster),
+        notifications=notifications,
+        console_url=console,
     )
     if bool(serve_cert) != bool(serve_key):
         raise click.UsageError("--serve-cert and --serve-key go together")
@@ -215,11 +238,41 @@ def run(
     intent_settings = IntentSettings(
         policy=Policy(approvals_required=required, freshness=timedelta(seconds=freshness),
                       approval_window=timedelta(seconds=approval_window),
-                      hold_window=timedelta(seconds=contract_hold_window)),
+                      hold_window=timedelta(seconds=contract_hold_window),
+                      people=_people(people_namespace, approver_service_accounts)),
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )
     asyncio.run(_operate(config, intent_settings, health_port, list(watch_namespaces)))
+
+
+def _people(namespace: str, service_accounts: tuple[str, ...]) -> People:
+    also = set()
+    for item in service_accounts:
+        ns, _, name = item.partition("/")
+        if not ns or not name or "/" in name:
+            raise click.BadParameter(f"{item!r}: use NAMESPACE/NAME of a ServiceAccount",
+                                     param_hint="--approver-service-account")
+        also.add(f"{SERVICE_ACCOUNT_PREFIX}{ns}:{name}")
+    return People(namespace=namespace, also=frozenset(also))
+
+
+def _notifications(path: str | None) -> NotifySettings | None:
+    if path is None:
+        return None
+    try:
+        return load_notify_config(path)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--notify-config") from None
+
+
+def _console_url(url: str | None) -> str | None:
+    if not url:
+        return None
+    try:
+        return check_url(url).rstrip("/")
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--console-url") from None
 
 
 def _parse_deadbands(pairs: tuple[str, ...]) -> dict[str, float]:
@@ -291,18 +344,15 @@ def _load_kube_config() -> None:
 
 async def _operate(config: ControllerConfig, intent_settings: IntentSettings, health_port: int,
                    namespaces: list[str]) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     # A write past a file size limit fails with EFBIG instead of killing the process: the audit log then
     # refuses new decisions and says why, and the controller keeps driving devices.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    # kopf stops on SIGINT and SIGTERM itself. No stop_flag: kopf would wait on its waiter task for 5 s
+    # at every shutdown, as a task it cannot tell from a hung one.
     await kopf.operator(
         registry=build_registry(config, intent_settings),
         clusterwide=not namespaces,
         namespaces=namespaces,
         standalone=True,
         liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
-        stop_flag=stop,
     )

@@ -29,9 +29,23 @@ class Submitted:
     message: str
 
 
-def whoami(api_client: kubernetes.client.ApiClient) -> str:
+@dataclass(frozen=True)
+class Identity:
+    """Who the API server says the caller is: what an Intent's requester (or an Approval's approver) and their
+    groups must be, as the admission policies check."""
+
+    username: str
+    groups: tuple[str, ...]
+
+
+def identity(api_client: kubernetes.client.ApiClient) -> Identity:
     review = kubernetes.client.AuthenticationV1Api(api_client).create_self_subject_review({})
-    return str(review.status.user_info.username)
+    user = review.status.user_info
+    return Identity(str(user.username), tuple(str(g) for g in user.groups or ()))
+
+
+def whoami(api_client: kubernetes.client.ApiClient) -> str:
+    return identity(api_client).username
 
 
 def submit(api_client: kubernetes.client.ApiClient, namespace: str, name: str, spec: dict[str, Any],
@@ -108,20 +122,50 @@ def decide_on(api_client: kubernetes.client.ApiClient, namespace: str, intent_na
         raise ValueError(
             f"Intent {intent_name} is not waiting for approval (phase {status.get('phase') or 'not decided yet'})"
         )
-    me = whoami(api_client)
-    slug = re.sub(r"[^a-z0-9-]+", "-", me.lower()).strip("-")[-30:] or "user"
-    body = {
+    body = approval_body(intent, decision, reason, identity(api_client), lifetime)
+    return objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvals", body)
+
+
+def approval_body(intent: dict[str, Any], decision: Literal["Approve", "Deny"], reason: str, me: Identity,
+                  lifetime: timedelta) -> dict[str, Any]:
+    """The Approval of this Intent as it is now (its UID and paramsHash), in `me`'s name and with their groups."""
+    name = intent["metadata"]["name"]
+    slug = re.sub(r"[^a-z0-9-]+", "-", me.username.lower()).strip("-")[-30:] or "user"
+    return {
         "apiVersion": API_VERSION,
         "kind": "Approval",
-        "metadata": {"name": f"{intent_name[:200]}-{decision.lower()}-{slug}-{secrets.token_hex(3)}"},
+        "metadata": {"name": f"{name[:200]}-{decision.lower()}-{slug}-{secrets.token_hex(3)}"},
         "spec": {
-            "intent": {"name": intent_name, "uid": intent["metadata"]["uid"]},
-            "paramsHash": status["paramsHash"],
+            "intent": {"name": name, "uid": intent["metadata"]["uid"]},
+            "paramsHash": (intent.get("status") or {})["paramsHash"],
             "decision": decision,
-            "approver": me,
+            "approver": me.username,
+            "approverGroups": list(me.groups),
             "reason": reason,
             "expiresAt": (datetime.now(UTC) + lifetime).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
     }
-    return objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvals", body)
 
+
+
+async def decide_on_async(api: AsyncApi, namespace: str, intent_name: str, decision: Literal["Approve", "Deny"],
+                          reason: str, approver: str, groups: list[str] | tuple[str, ...],
+                          lifetime: timedelta = timedelta(minutes=5), *, expected_uid: str | None = None
+                          ) -> dict[str, Any]:
+    """`decide_on()` on the event loop, for a caller whose identity is already known (the approval page: the
+    username and groups of its SelfSubjectReview), with `api` acting as that very caller. The Approval also
+    carries `approverGroups`, which an admission policy requires to equal the creator's groups.
+
+    `expected_uid`: the Intent the person looked at; a different one under the same name (deleted and made
+    again, perhaps with other parameters) is refused instead of approved."""
+    intent = await api.request("GET", path_of(GROUP, VERSION, "intents", namespace, intent_name))
+    if expected_uid is not None and intent["metadata"]["uid"] != expected_uid:
+        raise ValueError(f"Intent {intent_name} was replaced by another request under the same name since you "
+                         "looked at it; look at it again before deciding")
+    status = intent.get("status") or {}
+    if status.get("phase") != "AwaitingApproval" or not status.get("paramsHash"):
+        raise ValueError(
+            f"Intent {intent_name} is not waiting for approval (phase {status.get('phase') or 'not decided yet'})"
+        )
+    body = approval_body(intent, decision, reason, Identity(approver, tuple(groups)), lifetime)
+    return await api.request("POST", path_of(GROUP, VERSION, "approvals", namespace), body=body)

@@ -1,17 +1,51 @@
-"""Which approvals count for an Intent: pure rules, one reason per refusal.
+"""Which approvals count for an Intent, and who is a person: pure rules, one reason per refusal.
 
-An approval counts only if it names this Intent's UID and the hash of its
-exact parameters, has not expired, has not been used, comes from someone
-RBAC allows to approve on that device, and is not from the requester. The
-first approval that does not count ends the Intent (DENY_APPROVAL): an
-approval that was meant for something else must never be reinterpreted.
+An approval counts only if it names this Intent's UID and the hash of its exact parameters, has not
+expired, has not been used, comes from a person RBAC allows to approve on that device, and is not from
+the requester. One that does not count is refused on its own (the reason goes on its status) and the
+Intent keeps waiting: anyone allowed to create Approvals must not be able to end someone else's request
+with a bad one, and a mistaken approval can be followed by a right one. An approval meant for something
+else is never reinterpreted; it only never counts.
+
+People are Users (client certificates, static tokens, OIDC) and ServiceAccounts of the namespace set
+aside for people; other ServiceAccounts are programs (an agent holding a second ServiceAccount must not
+approve its own requests), unless named one by one. Kubernetes' own `system:` identities are never people.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+@dataclass(frozen=True)
+class People:
+    """Who counts as a person: Users, ServiceAccounts in `namespace`, and the ServiceAccounts named in `also`
+    (full usernames; each one weakens the two-person rule)."""
+
+    namespace: str = "corral-people"
+    also: frozenset[str] = frozenset()
+
+    def includes(self, username: str) -> bool:
+        if username in self.also:
+            return True
+        if username.startswith(SERVICE_ACCOUNT_PREFIX):
+            namespace, _, name = username[len(SERVICE_ACCOUNT_PREFIX):].partition(":")
+            return bool(name) and namespace == self.namespace
+        return not username.startswith("system:") and bool(username)
+
+    def why_not(self, username: str) -> str:
+        if username.startswith(SERVICE_ACCOUNT_PREFIX):
+            return (f"{username} is a ServiceAccount outside {self.namespace}, the namespace for people; programs "
+                    f"do not approve (corral people add NAME makes an identity for a person)")
+        return f"{username} is a Kubernetes system identity, not a person"
+
+
+DEFAULT_PEOPLE = People()
 
 
 @dataclass(frozen=True)
@@ -31,39 +65,56 @@ class ApprovalView:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """An approval that does not count, and why (for its status, the audit log and an Event)."""
+
+    approval: str
+    approver: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Verdict:
-    state: Literal["approved", "denied", "invalid", "pending"]
+    state: Literal["approved", "denied", "pending"]
     message: str
     approvals: tuple[str, ...] = ()
+    refused: tuple[Refusal, ...] = ()
 
 
 def judge_approvals(
-    approvals: list[ApprovalView],
+    approvals: Collection[ApprovalView],
     intent_uid: str,
     params_hash: str,
     requester: str,
     needed: int,
     now: datetime,
     lifetime: timedelta,
+    people: People = DEFAULT_PEOPLE,
 ) -> Verdict:
     approvers: dict[str, str] = {}  # approver -> approval name
+    refused: list[Refusal] = []
     for approval in sorted(approvals, key=lambda a: (a.created_at, a.name)):
-        problem = why_not(approval, intent_uid, params_hash, requester, now, lifetime)
+        problem = why_not(approval, intent_uid, params_hash, requester, now, lifetime, people)
         if problem is not None:
-            return Verdict("invalid", f"Approval {approval.name} does not count: {problem}.")
+            refused.append(Refusal(approval.name, approval.approver, problem))
+            continue
         if approval.decision == "Deny":
             reason = f": {approval.reason}" if approval.reason else ""
-            return Verdict("denied", f"Denied by {approval.approver}{reason}.", (approval.name,))
+            return Verdict("denied", f"Denied by {approval.approver}{reason}.", (approval.name,), tuple(refused))
         approvers.setdefault(approval.approver, approval.name)
         if len(approvers) >= needed:
-            return Verdict("approved", f"Approved by {', '.join(sorted(approvers))}.", tuple(approvers.values()))
-    if approvers:
-        return Verdict("pending", f"{len(approvers)} of {needed} approvals so far.")
-    return Verdict("pending", "No approval yet.")
+            return Verdict("approved", f"Approved by {', '.join(sorted(approvers))}.", tuple(approvers.values()),
+                           tuple(refused))
+    so_far = f"{len(approvers)} of {needed} approvals so far." if approvers else "No approval yet."
+    if refused:
+        last = refused[-1]
+        so_far += f" Approval {last.approval} by {last.approver} does not count: {last.reason}."
+    return Verdict("pending", so_far, refused=tuple(refused))
 
 
 def why_not(
-    approval: ApprovalView, intent_uid: str, params_hash: str, requester: str, now: datetime, lifetime: timedelta
+    approval: ApprovalView, intent_uid: str, params_hash: str, requester: str, now: datetime, lifetime: timedelta,
+    people: People = DEFAULT_PEOPLE,
 ) -> str | None:
     """The reason an approval does not count, or None when it does."""
     if approval.intent_uid != intent_uid:
@@ -76,7 +127,9 @@ def why_not(
     if approval.consumed:
         return "it was already used; an approval counts once"
     if approval.approver == requester:
-        return f"{requester} cannot approve their own request"
+        return f"{requester} cannot decide on their own request"
+    if not people.includes(approval.approver):
+        return people.why_not(approval.approver)
     if not approval.approver_may_approve:
         return f"{approval.approver} does not hold the 'approve' verb on this device"
     expiry = min(approval.expires_at or approval.created_at + lifetime, approval.created_at + lifetime)

@@ -4,8 +4,8 @@ The controller gathers the facts (the contract, the device's online state, the S
 answer, the approvals, the safety envelope, the clock) and calls `decide()`, which runs one ordered list
 of checks, `PIPELINE`; the first check that fails decides. The order is pinned for the whole product:
 
-    device known -> action known -> arguments -> RBAC verb -> agents paused -> contract hold
-    -> interlocks -> lease -> cited readings -> approval -> device online
+    withdrawn -> device known -> action known -> arguments -> RBAC verb -> agents paused -> contract hold
+    -> interlocks -> lease -> cited readings -> approval (or a standing grant) -> device online
 
 Reads (`read`) and the overlay (`set_alias`, `set_note`, `set_location`) change nothing on the device and
 run shorter pipelines of the same checks. A dry run runs the same checks; the caller only records.
@@ -19,7 +19,7 @@ Keeping it pure is what lets every path be unit-tested, property-tested, and rea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -28,7 +28,8 @@ from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, OVERLAY_VERB
 from corral.contract.model import Actuator, Contract, Risk
 from corral.contract.text import bounded
 from corral.contract.values import InvalidValue, Value, check
-from corral.decide.approvals import ApprovalView, judge_approvals
+from corral.decide.approvals import ApprovalView, People, Refusal, judge_approvals
+from corral.decide.grants import GrantView, covering
 
 Outcome = Literal["execute", "await_approval", "await_hold", "final"]
 Code = DecisionCode
@@ -46,6 +47,8 @@ class Policy:
     approval_window: timedelta = timedelta(minutes=5)
     # How long a request waits for a person to accept a held device's changed contract.
     hold_window: timedelta = timedelta(minutes=5)
+    # Who may approve (and grant): people, as the chart designates them.
+    people: People = field(default_factory=People)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class IntentFacts:
     requester: str
     created_at: datetime
     based_on: tuple[Observation, ...] = ()
+    cancelled: str | None = None  # the requester's reason, once they withdrew it
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class DeviceFacts:
     contract: Contract | None
     online: bool | None
     present: bool = True  # the Device object is there (all the overlay needs)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the Device's labels (grants select by them)
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,8 @@ class Decision:
     value: Value | None = None  # the checked value, in its canonical type, when it executes
     approvals: tuple[str, ...] = ()  # names of the approvals this execution consumes
     expires_at: datetime | None = None  # while awaiting approval, or a held device's acceptance
+    grant: str | None = None  # the ApprovalGrant whose use this execution consumes, instead of an approval
+    refused: tuple[Refusal, ...] = ()  # approvals that do not count, to be marked so on their status
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,7 @@ class Case:
     policy: Policy
     guards: Guards
     evidence: Evidence = Evidence()
+    grants: Sequence[GrantView] = ()
 
 
 @dataclass
@@ -167,6 +175,8 @@ class _Working:
     actuator: Actuator | None = None
     value: Value | None = None
     consumed: tuple[str, ...] = ()
+    grant: str | None = None
+    refused: tuple[Refusal, ...] = ()
 
     @property
     def risk(self) -> Risk | None:
@@ -196,9 +206,10 @@ def decide(
     policy: Policy = Policy(),
     guards: Guards = Guards(),
     evidence: Evidence = Evidence(),
+    grants: Sequence[GrantView] = (),
 ) -> Decision:
     """One Intent, one outcome: the checks of the pipeline in order; the first that fails decides."""
-    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards, evidence)
+    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards, evidence, grants)
     if intent.action == "read":
         return _run(case, READ_PIPELINE)
     if intent.action in OVERLAY_ACTIONS:
@@ -233,9 +244,10 @@ def _run(case: Case, pipeline: tuple[Check, ...]) -> Decision:
     for step in pipeline:
         found = step.run(case, working)
         if found is not None:
-            return found
+            return replace(found, refused=working.refused)
     risk, level = (working.risk, working.level) if pipeline is PIPELINE else ("low", _level_of(case.intent.action))
-    return Decision("execute", None, "Checks passed.", risk, level, working.value, approvals=working.consumed)
+    return Decision("execute", None, "Checks passed.", risk, level, working.value, approvals=working.consumed,
+                    grant=working.grant, refused=working.refused)
 
 
 def _level_of(action: str) -> str:
@@ -243,6 +255,13 @@ def _level_of(action: str) -> str:
 
 
 # ---- the checks, in pipeline order --------------------------------------------------------------------------
+
+def _withdrawn(case: Case, _: _Working) -> Decision | None:
+    if case.intent.cancelled is None:
+        return None
+    why = f": {case.intent.cancelled}" if case.intent.cancelled else ""
+    return _final("CANCELLED", f"Cancelled by its requester {case.intent.requester}{why}; nothing was executed.")
+
 
 def _device_known(case: Case, _: _Working) -> Decision | None:
     if case.device.exists and case.device.contract is not None:
@@ -337,26 +356,29 @@ def _approval(case: Case, working: _Working) -> Decision | None:
     needed = policy.approvals_required.get(actuator.risk, 1)
     if needed <= 0:
         return None
-    verdict = judge_approvals(list(case.approvals), intent.uid, case.params_hash, intent.requester, needed, case.now,
-                              policy.approval_window)
+    verdict = judge_approvals(case.approvals, intent.uid, case.params_hash, intent.requester, needed, case.now,
+                              policy.approval_window, policy.people)
+    working.refused = verdict.refused
     if verdict.state == "denied":
         return _final("DENIED_BY_APPROVER", verdict.message, working)
-    if verdict.state == "invalid":
-        return _final("DENY_APPROVAL", verdict.message, working)
-    if verdict.state == "pending":
-        expires_at = intent.created_at + policy.approval_window
-        if case.now >= expires_at:
-            return _final("DENY_APPROVAL",
-                          f"No approval arrived within {_duration(policy.approval_window)} of the request; it expired.",
-                          working)
-        return Decision(
-            "await_approval", None,
-            f"Risk {actuator.risk}: waiting for {needed} approval(s) by someone other than {intent.requester} "
-            f"until {expires_at:%H:%M:%S} UTC (corral approve {intent.name}).",
-            actuator.risk, actuator.level, working.value, expires_at=expires_at,
-        )
-    working.consumed = verdict.approvals
-    return None
+    if verdict.state == "approved":
+        working.consumed = verdict.approvals
+        return None
+    grants = covering(case.grants, intent.requester, intent.device, case.device.labels, actuator.id, working.value,
+                      actuator.risk, case.now, policy.people)
+    if grants:
+        working.grant = grants[0].name
+        return None
+    expires_at = intent.created_at + policy.approval_window
+    if case.now >= expires_at:
+        return _final("DENY_APPROVAL", f"No valid approval arrived within {_duration(policy.approval_window)} of the "
+                                       f"request; it expired. {verdict.message}", working)
+    return Decision(
+        "await_approval", None,
+        f"Risk {actuator.risk}: waiting for {needed} approval(s) by a person other than {intent.requester} "
+        f"until {expires_at:%H:%M:%S} UTC (corral approve {intent.name}). {verdict.message}",
+        actuator.risk, actuator.level, working.value, expires_at=expires_at,
+    )
 
 
 def _device_online(case: Case, working: _Working) -> Decision | None:
@@ -426,6 +448,7 @@ def _may_annotate(case: Case, _: _Working) -> Decision | None:
 
 
 PIPELINE: tuple[Check, ...] = (
+    Check("withdrawn", _withdrawn),
     Check("device known", _device_known),
     Check("action known", _action_known),
     Check("arguments", _arguments),
@@ -439,6 +462,7 @@ PIPELINE: tuple[Check, ...] = (
     Check("device online", _device_online),
 )
 READ_PIPELINE: tuple[Check, ...] = (
+    Check("withdrawn", _withdrawn),
     Check("device known", _device_known),
     Check("action known", _readable),
     Check("RBAC verb", _may_read),
@@ -446,6 +470,7 @@ READ_PIPELINE: tuple[Check, ...] = (
     Check("device online", _fixed(_device_online, "low", "read")),
 )
 OVERLAY_PIPELINE: tuple[Check, ...] = (
+    Check("withdrawn", _withdrawn),
     Check("device known", _device_present),
     Check("arguments", _overlay_text),
     Check("RBAC verb", _may_annotate),
@@ -454,7 +479,7 @@ OVERLAY_PIPELINE: tuple[Check, ...] = (
 # Checks that only establish what is asked (they cannot change after the request), and the ones whose facts
 # can change while a request waits for a human.
 RESOLVING = frozenset({"device known", "action known", "arguments"})
-RECHECKED = frozenset({"RBAC verb", "agents paused", "contract hold", "interlocks", "lease"})
+RECHECKED = frozenset({"withdrawn", "RBAC verb", "agents paused", "contract hold", "interlocks", "lease"})
 
 
 def _check_observations(case: Case) -> str | None:

@@ -24,9 +24,9 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 from cel_expr_python import cel
 from cel_expr_python.ext.ext_math import ExtMath
@@ -35,45 +35,12 @@ from cel_expr_python.ext.ext_strings import ExtStrings
 
 from corral.contract.values import same_value
 from corral.decide.decision import InterlockVerdict, Received
+from corral.decide.selectors import Selector
 
 # An evaluation that takes longer than this is not trusted to have been meant: it forbids.
 EVALUATION_TIME_LIMIT_S = 0.1
 ITERATION_BUDGET = 10_000  # cel-cpp's default comprehension budget, per evaluation
 MESSAGE_LIMIT = 900
-
-Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: Operator
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Selector:
-    """A Kubernetes label selector: every label and every requirement must match; empty matches everything."""
-
-    match_labels: Mapping[str, str] = field(default_factory=dict)
-    requirements: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        return all(_meets(r, labels) for r in self.requirements)
-
-
-def _meets(requirement: Requirement, labels: Mapping[str, str]) -> bool:
-    present = requirement.key in labels
-    if requirement.operator == "Exists":
-        return present
-    if requirement.operator == "DoesNotExist":
-        return not present
-    if requirement.operator == "In":
-        return present and labels[requirement.key] in requirement.values
-    return not present or labels[requirement.key] not in requirement.values  # NotIn
-
 
 @dataclass(frozen=True)
 class Rule:

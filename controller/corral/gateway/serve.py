@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[str], *, wait_s: float,
                       rate_limit: RateLimit | None = None, audit: Audit | None = None,
-                      readings_direct: readings.Direct | None = None, **view_options: Any) -> None:
+                      readings_direct: readings.Direct | None = None, console_url: str | None = None,
+                      **view_options: Any) -> None:
     caller = Caller("kubeconfig", config)
     views = Views(namespaces, **view_options)
     # The caller is known before any client connects: an empty view is said at once (Views logs it on stderr;
@@ -54,7 +55,7 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
     empty = None if view.visible() else nothing_visible_note(view.username, namespaces)
     gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit,
                       instructions=instructions(namespaces, empty), audit=audit.log if audit else None,
-                      readings_direct=readings_direct)
+                      readings_direct=readings_direct, console_url=console_url)
     if audit is not None:
         await audit.start()
     try:
@@ -105,7 +106,8 @@ class RequireToken:
 def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, public_url: str, issuer_url: str,
              allowed_hosts: list[str], wait_s: float, rate_limit: RateLimit | None = None,
              audit: Audit | None = None, audience: str = GATEWAY_AUDIENCE,
-             readings_direct: readings.Direct | None = None, **view_options: Any) -> Starlette:
+             readings_direct: readings.Direct | None = None, console_url: str | None = None,
+             **view_options: Any) -> Starlette:
     base = anonymous(config)
     views = Views(namespaces, **view_options)
 
@@ -118,7 +120,7 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         return Caller(token_key(token), base, token)
 
     gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces),
-                      audit=audit.log if audit else None, readings_direct=readings_direct)
+                      audit=audit.log if audit else None, readings_direct=readings_direct, console_url=console_url)
     public = urlsplit(public_url)
     hosts = sorted({public.netloc, "127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts})
     origins = sorted({f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")})

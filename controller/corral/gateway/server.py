@@ -10,6 +10,7 @@ calls run in threads; the event loop never waits on the network.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -30,7 +31,7 @@ from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
 from corral.client.intents import outcome_code, submit_async
-from corral.gateway import readings
+from corral.gateway import readings, tasks
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
 from corral.gateway.toolset import (
@@ -105,7 +106,8 @@ def instructions(namespaces: list[str], nothing_visible: str | None = None) -> s
 class Gateway:
     def __init__(self, views: Views, caller_of: CallerOf, *, wait_s: float = 10.0,
                  rate_limit: RateLimit | None = None, instructions: str = INSTRUCTIONS,
-                 audit: AuditLog | None = None, readings_direct: readings.Direct | None = None) -> None:
+                 audit: AuditLog | None = None, readings_direct: readings.Direct | None = None,
+                 console_url: str | None = None) -> None:
         self.views = views
         self.readings = readings.Readings(readings_direct)  # direct None: through the API server's APIService
         self.audit = audit  # the gateway's own chained log: what it refused, and why
@@ -114,12 +116,17 @@ class Gateway:
         self.rate_limit = rate_limit or RateLimit(0, 1)
         self.server = GatewayServer(
             "corral", version=__version__, title="Corral", instructions=instructions,
-            on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+            on_list_tools=self.list_tools,
             on_list_resources=self.list_resources, on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource, on_subscribe_resource=self.subscribe,
             on_unsubscribe_resource=self.unsubscribe, on_subscriptions_listen=self.listen,
             on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt, on_completion=self.complete,
         )
+        # Registered by hand: for a client with the tasks extension, a call that waits for a person answers
+        # with a task (a CreateTaskResult), which the constructor's typed on_call_tool cannot return.
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
+        self.tasks = tasks.Tasks(self.view, _task_result, self._refused, audit=audit, console_url=console_url)
+        self.tasks.register(self.server)
 
     async def view(self, ctx: ServerRequestContext[Any, Any]) -> CallerView:
         view = await self.views.of(self.caller_of(ctx))
@@ -149,7 +156,7 @@ class Gateway:
         return types.ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None)
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-                        ) -> types.CallToolResult:
+                        ) -> types.CallToolResult | dict[str, Any]:
         view = await self.view(ctx)
         name = params.name
         fixed = any(t["name"] == name for t in view.tools())
@@ -166,6 +173,13 @@ class Gateway:
         metrics.TOOL_CALLS.labels(tool=name if fixed else "device_tool", outcome=outcome).inc()
         if result.is_error:
             self._refused(view, name, params.arguments, str(code), str(data.get("message", "")))
+        elif (name == "iot.control" or not fixed) and _waits_for_a_person(data) and self.tasks.wanted(ctx):
+            # The tasks extension (SEP-2663): the Intent awaiting approval, as a task to poll, instead.
+            namespace, _, intent_name = str(data["intent"]).partition("/")
+            with contextlib.suppress(ApiError):  # unreadable as the caller: no task it could poll
+                task = await self.tasks.created_for(view, namespace, intent_name)
+                if task is not None:
+                    return task
         return result
 
     def _refused(self, view: CallerView, tool: str, arguments: Any, code: str, message: str) -> None:
@@ -267,6 +281,8 @@ class Gateway:
     async def _submit_and_settle(self, view: CallerView, namespace: str, request_id: str, spec: dict[str, Any]
                                  ) -> dict[str, Any]:
         created_at = time.monotonic()
+        if view.groups:  # the API server checks they are the caller's own; the controller's reviews then use them
+            spec = {**spec, "requesterGroups": list(view.groups)}
         submitted = await submit_async(view.follower.api, namespace, request_id, spec, tracing.intent_annotations())
         if submitted.code == "DENY_ID_CONFLICT":
             return _outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message)
@@ -367,6 +383,8 @@ class Gateway:
 
     async def listen(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
                      ) -> types.SubscriptionsListenResult:
+        if (params.notifications.model_extra or {}).get("taskIds") and not self.tasks.wanted(ctx):
+            raise tasks.missing_extension()  # SEP-2663; with it, task ids are not agreed to (the ack omits them)
         view = await self.view(ctx)
         wanted = params.notifications.resource_subscriptions or []
         allowed = [uri for uri in wanted if _may_listen(view, uri)]
@@ -489,6 +507,17 @@ def _outcome(intent: dict[str, Any], request_id: str, code: str | None = None, m
 
 # The helpers below block on the network: the handlers call them in threads, with the caller's client.
 Client = Any  # kubernetes.client.ApiClient, which mypy sees as untyped
+
+
+def _waits_for_a_person(outcome: dict[str, Any]) -> bool:
+    return outcome.get("phase") == "AwaitingApproval" and not outcome.get("dry_run") and "/" in str(
+        outcome.get("intent") or "")
+
+
+def _task_result(intent: dict[str, Any]) -> dict[str, Any]:
+    """The CallToolResult (wire form) iot.control would answer for this Intent now: a task's final result."""
+    name = str((intent.get("metadata") or {}).get("name") or "")
+    return _ok(_outcome(intent, name)).model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _settled(intent: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from corral.api.codes import GROUP, VERSION
 from corral.api.intent import OVERLAY_VERB
+from corral.client.intents import identity
 from corral.contract.model import Contract
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
 from corral.gateway.blocking import blocking
@@ -57,6 +58,7 @@ class CallerView:
         self.access_refresh_s = access_refresh_s
         self.device_tools_on = device_tools_on
         self.username: str | None = None
+        self.groups: tuple[str, ...] = ()  # as the API server authenticated the caller; Intents carry them
         self.access = Access()
         self.audience = Audience(self._snapshot_uris, self._uri_visible, min_interval_s)
         self.last_used = time.monotonic()
@@ -165,15 +167,15 @@ class CallerView:
                 log.warning("view of %s: RBAC review failed, keeping the last rules: %s", self.username, err)
 
     async def _refresh_access(self) -> None:
-        username, access = await blocking(self._review)
-        self.username = username
+        (username, groups), access = await blocking(self._review)
+        self.username, self.groups = username, groups
         if access.signature() == self.access.signature():
             return
         self.access = access
         self._invalidate(tools=True)
         self._rewatch()
 
-    def _review(self) -> tuple[str, Access]:
+    def _review(self) -> tuple[tuple[str, tuple[str, ...]], Access]:
         client = self.client
         auth = kubernetes.client.AuthorizationV1Api(client)
         reviews = []
@@ -182,11 +184,11 @@ class CallerView:
             rules = rules_from_review(client.sanitize_for_serialization(review.status))
             reviews.append(NamespaceAccess(ns, rules))
         try:
-            review = kubernetes.client.AuthenticationV1Api(client).create_self_subject_review({})
-            username = str(review.status.user_info.username)
+            me = identity(client)
+            who = (me.username, me.groups)
         except kubernetes.client.ApiException:
-            username = self.caller.key[:20]
-        return username, Access.of(reviews)
+            who = (self.caller.key[:20], ())
+        return who, Access.of(reviews)
 
     # ---- the watch cache --------------------------------------------------------------------------------------
 

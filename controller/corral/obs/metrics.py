@@ -20,6 +20,15 @@ INTENTS = Counter("corral_intents_total", "Intents that reached a final decision
 INTENT_SECONDS = Histogram("corral_intent_decision_seconds", "Time from an Intent's creation to its final code.",
                            buckets=(*_LATENCY_BUCKETS, 30.0, 60.0, 300.0))
 APPROVALS_WAITING = Gauge("corral_approvals_waiting", "Intents waiting for a human approval.")
+# Approval requests to webhooks (reconcile/notify.py), by the webhook's configured name (a bounded set).
+NOTIFICATIONS = Counter("corral_notifications_total",
+                        "Approval requests to webhooks, by what became of each: sent, failed (retries exhausted or "
+                        "not retryable) or dropped (the webhook's queue was full).", ["webhook", "outcome"])
+NOTIFICATION_ATTEMPTS = Counter("corral_notification_attempts_total",
+                                "HTTP attempts to deliver approval requests: ok, retried (failed, tried again) or "
+                                "failed (failed, the last one).", ["webhook", "result"])
+NOTIFICATIONS_QUEUED = Gauge("corral_notifications_queued", "Approval requests waiting to be sent, by webhook.",
+                             ["webhook"])
 STATUS_WRITES = Counter("corral_status_writes_total", "Status writes to the API server, by reason.", ["reason"])
 MQTT_RECONNECTS = Counter("corral_mqtt_reconnects_total", "Times the controller's MQTT link came back after a loss.")
 TOOL_CALLS = Counter("corral_mcp_tool_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"])

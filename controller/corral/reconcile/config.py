@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
 from corral.devices.telemetry import Coalescing
+from corral.reconcile.notify_payloads import NotifySettings
 from corral.serving.frontproxy import FrontProxy
 
 
@@ -64,3 +65,7 @@ class ControllerConfig:
     # The aggregation layer's front proxy (its requestheader CA and allowed names), whose client certificate
     # vouches for the caller of the readings APIService; None: X-Remote-* headers are refused.
     front_proxy: FrontProxy | None = None
+    # Approval requests to webhooks when an Intent starts waiting for a person (reconcile/notify.py): the loaded
+    # --notify-config (None: none are sent), and the approval console's base URL, for the link to each Intent.
+    notifications: NotifySettings | None = None
+    console_url: str | None = None

@@ -43,6 +43,7 @@ from corral.reconcile.intents import IntentReconciler, IntentSettings
 from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import Kube
 from corral.reconcile.notices import DeviceNotices
+from corral.reconcile.notify import Notifier
 from corral.reconcile.port import FleetPort
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.targets import TargetApplier
@@ -97,8 +98,12 @@ class Controller:
         self.interlocks = Interlocks(kube, self.devices, config.watch_namespaces, on_change=self._interlocks_changed)
         self.device_reconciler = DeviceReconciler(config, kube, self.fleet, self.devices, self.driver, notices,
                                                   recorder, listening, trust, self.interlocks, port.view)
+        # Approval requests to the configured webhooks, sent off the decision path (reconcile/notify.py).
+        self.notifier = Notifier(config.notifications, config.console_url, recorder) \
+            if config.notifications is not None else None
         self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded,
-                                        self.interlocks)
+                                        self.interlocks,
+                                        on_awaiting=self.notifier.waiting if self.notifier is not None else None)
         self._workers: list[asyncio.Task[None]] = []
         self.server: ReadServer | None = None
         if config.serve_port:
@@ -141,6 +146,8 @@ class Controller:
             await asyncio.wait_for(self.enrollments.synced.wait(), 60)
             self.accounts.start()
         await self.link.start()
+        if self.notifier is not None:
+            await self.notifier.start()
         settings = self.intents.settings
         self._workers = [
             asyncio.create_task(run_workers(self.queue, self.device_reconciler.reconcile, self.config.workers),
@@ -159,6 +166,8 @@ class Controller:
         await asyncio.gather(*self._workers, return_exceptions=True)
         for queue in (self.queue, self.intents.decisions, self.intents.executions):
             queue.close()
+        if self.notifier is not None:
+            await self.notifier.stop()
         if self.accounts is not None and self.enrollments is not None:
             await self.accounts.stop()
             await self.enrollments.stop()
@@ -211,6 +220,9 @@ class Controller:
 
     def on_approval_event(self, event_type: str, body: Body) -> None:
         self.intents.on_approval_event(event_type, body)
+
+    def on_grant_event(self, event_type: str, body: Body) -> None:
+        self.intents.on_grant_event(event_type, body)
 
     def _on_mqtt(self, message: Inbound) -> None:
         if message.topic == RESPONSE_TOPIC:

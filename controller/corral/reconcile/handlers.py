@@ -116,6 +116,12 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
         if controller is not None:
             controller.on_approval_event(event.get("type") or "ADDED", dict(body))
 
+    @kopf.on.event(GROUP, VERSION, "approvalgrants", registry=registry)
+    async def grant_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        controller = state.get("controller")
+        if controller is not None:
+            controller.on_grant_event(event.get("type") or "ADDED", dict(body))
+
     @kopf.on.probe(id="mqtt", registry=registry)
     async def mqtt_probe(**_: Any) -> bool:
         controller = state.get("controller")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from corral.api.approval import ApprovalStatus
 from corral.api.base import Condition
-from corral.api.codes import API_VERSION, FINAL_PHASES, DecisionCode, event_reason, phase_of
+from corral.api.codes import API_VERSION, CANCEL_ANNOTATION, FINAL_PHASES, DecisionCode, event_reason, phase_of
 from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_VERB, IntentStatus
 from corral.audit.chain import AuditRecord
 from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
@@ -41,7 +41,7 @@ from corral.audit.events import EventRecorder, ObjectRef
 from corral.audit.log import AuditLog, Unwritable
 from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check
-from corral.decide.approvals import ApprovalView
+from corral.decide.approvals import ApprovalView, Refusal
 from corral.decide.decision import (
     Decision,
     DeviceFacts,
@@ -53,11 +53,13 @@ from corral.decide.decision import (
     decide,
     recheck,
 )
+from corral.decide.grants import GrantView
 from corral.decide.idempotency import params_hash
 from corral.obs import metrics, tracing
 from corral.reconcile.access import AccessReviews
 from corral.reconcile.cache import Body, Key, ObjectCache, key_of
 from corral.reconcile.driver import DeviceRefused, Superseded
+from corral.reconcile.grants import Grants
 from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import FieldConflict, Kube
 from corral.reconcile.notices import device_ref
@@ -99,8 +101,11 @@ def new_command_id() -> str:
 class IntentReconciler:
     def __init__(self, settings: IntentSettings, kube: Kube, access: AccessReviews, recorder: EventRecorder,
                  devices: DevicePort, audit: AuditLog, recorded: DecisionIndex,
-                 interlocks: Interlocks | None = None) -> None:
+                 interlocks: Interlocks | None = None, on_awaiting: Callable[[Body], None] | None = None,
+                 grants: Grants | None = None) -> None:
         self.settings = settings
+        self.grants = grants if grants is not None else Grants(kube, access)
+        self.on_awaiting = on_awaiting  # told once when an Intent starts waiting for a person (notifications)
         self.interlocks = interlocks  # the cross-device rules, judged in _guards
         self.audit = audit
         self.recorded = recorded  # what the log says was decided, by Intent UID
@@ -140,6 +145,13 @@ class IntentReconciler:
         intent_name = ((body.get("spec") or {}).get("intent") or {}).get("name")
         if intent_name:
             self.decisions.add((body["metadata"]["namespace"], intent_name))
+
+    def on_grant_event(self, event_type: str, body: Body) -> None:
+        if self.grants.on_event(event_type, body):
+            namespace = body["metadata"]["namespace"]
+            for key in sorted(self._awaiting):
+                if key[0] == namespace:
+                    self.decisions.add(key)  # a new grant may cover what waits
 
     def prime(self, intents: list[Body]) -> None:
         """Before the device side starts: Intents that were executing when the controller stopped pin their
@@ -207,12 +219,18 @@ class IntentReconciler:
             self._hand_over(key, body, None)  # resumed after a restart: carried on, never decided again
             return Result.done()
         facts, device_facts = _facts(body, view)
-        requester_may = await self._requester_may(facts, device_facts, namespace)
+        requester_may = await self._requester_may(facts, device_facts, namespace, spec.get("requesterGroups"))
         approvals = await self._approvals_for(body, facts.device)
         digest = params_hash(namespace, spec)
         now = datetime.now(UTC)
-        decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy,
-                          self._guards(body, view), self._evidence(facts, device_facts))
+        grants = await self._grants_for(body, view, now)
+        while True:
+            decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy,
+                              self._guards(body, view), self._evidence(facts, device_facts), grants)
+            if decision.grant is None or spec.get("dryRun") or await self._spend(body, decision.grant):
+                break
+            grants = [g for g in grants if g.name != decision.grant]  # used up or revoked meanwhile: the next one
+        await self._refuse(body, decision.refused)
         base = {"params_hash": digest, "risk": decision.risk, "level": decision.level}
         if spec.get("dryRun"):
             return await self._dry_run(body, view, decision, base)
@@ -229,9 +247,13 @@ class IntentReconciler:
         if decision.outcome == "await_approval":
             assert decision.expires_at is not None
             if phase != "AwaitingApproval":
-                await self._write(body, {**base, "phase": "AwaitingApproval", "message": decision.message,
-                                         "approval_expires_at": decision.expires_at}, "awaiting-approval")
+                written = await self._write(body, {**base, "phase": "AwaitingApproval", "message": decision.message,
+                                                   "approval_expires_at": decision.expires_at}, "awaiting-approval")
                 self._event(body, "AwaitingApproval", "Decide", decision.message)
+                if self.on_awaiting is not None:
+                    self.on_awaiting(written)
+            elif status.get("message") != decision.message[:MESSAGE_LIMIT]:
+                await self._write(body, {"message": decision.message}, "awaiting-approval")  # e.g. a refused approval
             return Result.after(max(0.1, (decision.expires_at - now).total_seconds() + 0.1))
         if facts.action == "read":
             assert view is not None and view.device_id is not None
@@ -279,16 +301,17 @@ class IntentReconciler:
         own = device.device_id or ""
         return self.devices.evidence((o.device_id or own, o.metric, o.ts_ms) for o in facts.based_on)
 
-    async def _requester_may(self, facts: IntentFacts, device: DeviceFacts, namespace: str) -> bool:
+    async def _requester_may(self, facts: IntentFacts, device: DeviceFacts, namespace: str,
+                             groups: list[str] | None) -> bool:
         if facts.action in OVERLAY_ACTIONS:
-            return await self.access.may(facts.requester, OVERLAY_VERB, namespace, facts.device)
+            return await self.access.may(facts.requester, OVERLAY_VERB, namespace, facts.device, groups)
         if device.contract is None:
             return False
         actuator = device.contract.actuator(facts.actuator)
         level = "read" if facts.action == "read" else (actuator.level if actuator is not None else None)
         if level is None:
             return False
-        return await self.access.may(facts.requester, level, namespace, facts.device)
+        return await self.access.may(facts.requester, level, namespace, facts.device, groups)
 
     async def _approvals_for(self, intent: Body, device: str) -> list[ApprovalView]:
         namespace, name = intent["metadata"]["namespace"], intent["metadata"]["name"]
@@ -305,13 +328,66 @@ class IntentReconciler:
                 params_hash=spec["paramsHash"],
                 decision=spec["decision"],
                 approver=spec["approver"],
-                approver_may_approve=await self.access.may(spec["approver"], "approve", namespace, device),
+                approver_may_approve=await self.access.may(spec["approver"], "approve", namespace, device,
+                                                           spec.get("approverGroups")),
                 created_at=_parse_time(meta["creationTimestamp"]),
                 expires_at=_parse_time(expires) if expires else None,
                 consumed=bool(status.get("consumed")),
                 reason=spec.get("reason") or "",
             ))
         return views
+
+    async def _grants_for(self, body: Body, view: DeviceView | None, now: datetime) -> list[GrantView]:
+        """The standing grants that would let this Intent run without a per-request approval."""
+        spec = body["spec"]
+        contract = view.contract if view is not None else None
+        actuator = contract.actuator(spec["actuator"]) if contract is not None else None
+        value = _checked_value(view, spec)
+        if view is None or actuator is None or value is None:
+            return []
+        labels = (view.body.get("metadata") or {}).get("labels") or {}
+        return await self.grants.covering(body["metadata"]["namespace"], spec["requester"], spec["device"], labels,
+                                          actuator.id, value, actuator.risk, now, self.settings.policy.people)
+
+    async def _spend(self, body: Body, grant: str) -> bool:
+        """One use of the grant for this Intent, atomically and on record; False when none was left."""
+        meta = body["metadata"]
+        spent = await self.grants.consume(meta["namespace"], grant, meta["name"], meta["uid"])
+        if spent is None:
+            return False
+        self.audit.note("grant.used", f"{meta['namespace']}/{grant}", {
+            "intent": _name(body), "intentUid": meta["uid"], "grantor": spent.grantor, "use": spent.use,
+            "uses": spent.uses, "requester": body["spec"]["requester"]})
+        self._event(body, "GrantUsed", "Decide", f"Runs under ApprovalGrant {grant} of {spent.grantor}: use "
+                                                 f"{spent.use} of {spent.uses}.")
+        return True
+
+    async def _refuse(self, body: Body, refused: Sequence[Refusal]) -> None:
+        """Approvals that do not count say so on their own status (once), on record and in an Event; the Intent
+        they were for keeps waiting."""
+        namespace = body["metadata"]["namespace"]
+        for refusal in refused:
+            approval = self.approvals.get((namespace, refusal.approval))
+            if approval is None or (approval.get("status") or {}).get("refused"):
+                continue
+            message = f"Does not count for Intent {body['metadata']['name']}: {refusal.reason}."
+            status = ApprovalStatus(refused=True, message=message[:MESSAGE_LIMIT])
+            try:
+                written = await self.kube.apply_status(
+                    "approvals", namespace, refusal.approval, "Approval",
+                    status.model_dump(mode="json", by_alias=True, exclude_none=True), "approval-refused")
+            except ApiError as err:
+                log.warning("could not mark Approval %s/%s refused: %s", namespace, refusal.approval, err)
+                continue
+            self.approvals.upsert(written)
+            self.audit.note("approval.refused", f"{namespace}/{refusal.approval}", {
+                "intent": _name(body), "intentUid": body["metadata"]["uid"], "approver": refusal.approver,
+                "reason": refusal.reason})
+            meta = approval["metadata"]
+            self.recorder.post(ObjectRef(API_VERSION, "Approval", meta["name"], namespace, meta.get("uid")),
+                               "ApprovalRefused", "Decide", f"{message} The Intent keeps waiting for a valid approval.",
+                               "Warning", ObjectRef(API_VERSION, "Intent", body["metadata"]["name"], namespace,
+                                                    body["metadata"].get("uid")))
 
     async def _read(self, body: Body, view: DeviceView, base: dict[str, Any]) -> Result:
         """Answer from the device itself: its state now, and its latest sensor readings."""
@@ -398,10 +474,12 @@ class IntentReconciler:
             command_id = new_command_id()
             # On record first: from here on a restart resumes this execution (with this command id).
             executing = {"phase": "Executing", "message": decision.message, "before": dict(view.reported),
-                         "approval": ",".join(decision.approvals) or None, "command_id": command_id}
+                         "approval": ",".join(decision.approvals) or None, "grant": decision.grant,
+                         "command_id": command_id}
             await self._record(EXECUTING, body, {
                 "message": decision.message, "before": executing["before"], "approval": executing["approval"],
-                "commandId": command_id, "value": value, "approvers": self._approvers(namespace, decision.approvals)})
+                "grant": decision.grant, "commandId": command_id, "value": value,
+                "approvers": self._approvers(namespace, decision.approvals)})
             for approval in decision.approvals:
                 self.audit.note("approval.accepted", f"{namespace}/{approval}",
                                 {"intent": _name(body), "intentUid": body["metadata"]["uid"]})
@@ -439,7 +517,8 @@ class IntentReconciler:
     async def _recheck(self, body: Body, view: DeviceView) -> Decision | None:
         """Scope, pause, hold, interlocks and lease, once more: an approval may have taken minutes."""
         facts, device_facts = _facts(body, view)
-        requester_may = await self._requester_may(facts, device_facts, body["metadata"]["namespace"])
+        requester_may = await self._requester_may(facts, device_facts, body["metadata"]["namespace"],
+                                                  body["spec"].get("requesterGroups"))
         return recheck(facts, device_facts, requester_may, datetime.now(UTC), self._guards(body, view))
 
     async def _await_device(self, body: Body, view: DeviceView, reached: asyncio.Future[dict[str, Any]], value: Any,
@@ -609,6 +688,7 @@ def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFact
         requester=spec["requester"],
         created_at=_parse_time(meta["creationTimestamp"]),
         based_on=tuple(Observation(o["metric"], o["ts"], o.get("deviceId")) for o in spec.get("basedOn") or []),
+        cancelled=(meta.get("annotations") or {}).get(CANCEL_ANNOTATION),
     )
     device = DeviceFacts(
         exists=view is not None and view.exists,
@@ -616,6 +696,7 @@ def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFact
         contract=view.contract if view is not None else None,
         online=view.online if view is not None else None,
         present=view is not None,
+        labels=((view.body.get("metadata") or {}).get("labels") or {}) if view is not None else {},
     )
     return facts, device
 

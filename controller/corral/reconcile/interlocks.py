@@ -25,15 +25,14 @@ from corral.api.interlock import Interlock, InterlockStatus, LabelSelector
 from corral.decide.decision import InterlockVerdict, Received
 from corral.decide.interlocks import (
     Compiled,
-    Requirement,
     Rule,
-    Selector,
     applies,
     compile_rule,
     evaluate,
     guards_device,
     recent_readings,
 )
+from corral.decide.selectors import Requirement, Selector
 from corral.reconcile.cache import Body, DeviceCache, Key, ObjectCache, key_of
 from corral.reconcile.conditions import Wanted, merge
 from corral.reconcile.informer import Informer
@@ -165,7 +164,7 @@ def rule_of(body: Body) -> Rule:
     spec = Interlock.model_validate(body).spec
     guards = spec.guards
     return Rule(name=body["metadata"]["name"], condition=spec.condition, message=spec.message,
-                devices=tuple(guards.devices), selector=_selector(guards.selector), actuators=tuple(guards.actuators),
+                devices=tuple(guards.devices), selector=selector_of(guards.selector), actuators=tuple(guards.actuators),
                 values=tuple(guards.values), max_reading_age_s=float(spec.max_reading_age_seconds))
 
 
@@ -181,7 +180,7 @@ def _compile(body: Body) -> Compiled:
     return compile_rule(rule)
 
 
-def _selector(selector: LabelSelector | None) -> Selector | None:
+def selector_of(selector: LabelSelector | None) -> Selector | None:
     if selector is None:
         return None
     return Selector(dict(selector.match_labels or {}),

@@ -1,0 +1,177 @@
+"""What the page shows: the Intents waiting for a person, each with the context needed to decide.
+
+Built from API objects as they come from the API server (the person's own reads), so it is pure and
+unit-tested: an Intent, the Device it acts on (None when the person may not read it), and whether the
+person holds `approve` on that Device.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from corral.client.intents import outcome_code
+
+WAITING: Final = "AwaitingApproval"
+OVERLAY_CHANGES: Final = {"set_alias": "alias", "set_note": "notes", "set_location": "location"}
+
+DeviceKey = tuple[str, str]  # (namespace, device name)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A sample the requester cites: metric, the device's ts (epoch ms) and that time in UTC."""
+
+    metric: str
+    ts: int
+    at: str
+    device: str
+
+
+@dataclass(frozen=True)
+class IntentView:
+    namespace: str
+    name: str
+    uid: str
+    device: str
+    alias: str
+    location: str
+    actuator: str
+    action: str
+    change: str  # e.g. `locked = true`
+    current: str | None  # the device's reported state of that actuator, e.g. `locked = false`; None: unknown
+    current_note: str  # e.g. "last known: the device is offline"
+    risk: str
+    requester: str
+    reason: str
+    based_on: tuple[Reading, ...]
+    created: str
+    expires_at: str | None
+    seconds_left: float | None
+    phase: str
+    outcome: str  # EXECUTED, DENIED_BY_APPROVER, ..., AWAITING_APPROVAL or PENDING
+    message: str
+    approval: str
+    waiting: bool
+    may_approve: bool
+
+    def as_json(self) -> dict[str, Any]:
+        document = asdict(self)
+        document["based_on"] = [asdict(r) for r in self.based_on]
+        return document
+
+
+def shown(value: Any) -> str:
+    """A target value as people write it in the CLI: JSON (true, 21.5, "auto")."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def change_of(spec: Mapping[str, Any]) -> str:
+    actuator, action = _text(spec.get("actuator")), _text(spec.get("action"))
+    value = (spec.get("params") or {}).get("value")
+    if action == "read":
+        return f"read {actuator}"
+    if action in OVERLAY_CHANGES:
+        return f"set the {OVERLAY_CHANGES[action]} to {shown(value)}"
+    return f"{actuator} = {shown(value)}"
+
+
+def _current(device: Mapping[str, Any] | None, actuator: str) -> tuple[str | None, str]:
+    if device is None:
+        return None, "you may not read this device"
+    status = device.get("status") or {}
+    reported = status.get("reported") or {}
+    if actuator not in reported:
+        return None, "not reported yet"
+    note = "last known: the device is offline" if status.get("online") is False or status.get("stale") else ""
+    return f"{actuator} = {shown(reported[actuator])}", note
+
+
+def _readings(spec: Mapping[str, Any]) -> tuple[Reading, ...]:
+    out = []
+    for item in spec.get("basedOn") or []:
+        ts = item.get("ts")
+        if not isinstance(ts, int) or isinstance(ts, bool):
+            continue
+        try:
+            at = datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        except (OverflowError, OSError, ValueError):
+            at = ""
+        out.append(Reading(_text(item.get("metric")), ts, at, _text(item.get("deviceId")) or _text(spec.get("device"))))
+    return tuple(out)
+
+
+def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may_approve: bool,
+                now: datetime) -> IntentView:
+    """One Intent as the page shows it (waiting or decided)."""
+    metadata, spec, status = intent.get("metadata") or {}, intent.get("spec") or {}, intent.get("status") or {}
+    overlay = ((device or {}).get("spec") or {}).get("overlay") or {}
+    actuator = _text(spec.get("actuator"))
+    current, note = _current(device, actuator)
+    expires = parse_time(status.get("approvalExpiresAt"))
+    waiting = status.get("phase") == WAITING
+    return IntentView(
+        namespace=_text(metadata.get("namespace")),
+        name=_text(metadata.get("name")),
+        uid=_text(metadata.get("uid")),
+        device=_text(spec.get("device")),
+        alias=_text(overlay.get("alias")),
+        location=_text(overlay.get("location")),
+        actuator=actuator,
+        action=_text(spec.get("action")),
+        change=change_of(spec),
+        current=current,
+        current_note=note,
+        risk=_text(status.get("risk")) or "unknown",
+        requester=_text(spec.get("requester")),
+        reason=_text(spec.get("reason")),
+        based_on=_readings(spec),
+        created=_text(metadata.get("creationTimestamp")),
+        expires_at=expires.isoformat().replace("+00:00", "Z") if expires else None,
+        seconds_left=max(0.0, round((expires - now).total_seconds(), 1)) if expires and waiting else None,
+        phase=_text(status.get("phase")) or "Pending",
+        outcome=outcome_code(status),
+        message=_text(status.get("message")),
+        approval=_text(status.get("approval")),
+        waiting=waiting,
+        may_approve=waiting and may_approve,
+    )
+
+
+def waiting_devices(intents: Iterable[Mapping[str, Any]]) -> set[DeviceKey]:
+    """The Devices of the Intents that wait for approval: the ones to read and to check `approve` on."""
+    return {(_text(i["metadata"].get("namespace")), _text(i["spec"].get("device")))
+            for i in intents if (i.get("status") or {}).get("phase") == WAITING and not i["spec"].get("dryRun")}
+
+
+def waiting_for(intents: Iterable[Mapping[str, Any]], devices: Mapping[DeviceKey, Mapping[str, Any] | None],
+                approvable: Collection[DeviceKey], now: datetime) -> list[IntentView]:
+    """The Intents waiting for this person: awaiting approval, on a Device where they hold `approve`; the
+    one that expires first comes first."""
+    views = []
+    for intent in intents:
+        if (intent.get("status") or {}).get("phase") != WAITING or (intent.get("spec") or {}).get("dryRun"):
+            continue
+        key = (_text(intent["metadata"].get("namespace")), _text(intent["spec"].get("device")))
+        if key not in approvable:
+            continue
+        views.append(intent_view(intent, devices.get(key), True, now))
+    far = datetime.max.replace(tzinfo=UTC).isoformat()
+    return sorted(views, key=lambda v: (v.expires_at or far, v.created, v.namespace, v.name))

@@ -1,0 +1,78 @@
+"""Whether an ApprovalGrant covers an Intent: pure rules, one reason per miss.
+
+A grant covers an Intent when it is for that requester, that Device (by name or label), that actuator and
+that value (a listed one, or a number in its range), has a use left, has not expired, and its grantor is a
+person who holds `approve` on the device now (asked again at every use, so a revoked right stops it).
+A critical-risk action is never covered: it always waits for a person, one request at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from corral.contract.values import same_value
+from corral.decide.approvals import DEFAULT_PEOPLE, People
+from corral.decide.selectors import Selector
+
+
+@dataclass(frozen=True)
+class GrantView:
+    """An ApprovalGrant in the Intent's namespace, with the grantor's `approve` permission already looked up."""
+
+    name: str
+    grantor: str
+    grantor_may_approve: bool
+    requester: str
+    actuators: frozenset[str]
+    uses: int
+    used: int
+    expires_at: datetime
+    devices: frozenset[str] = frozenset()
+    selector: Selector | None = None
+    values: tuple[object, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mapping[str, str], actuator: str,
+                    value: object, risk: str, now: datetime, people: People = DEFAULT_PEOPLE) -> str | None:
+    """The reason the grant does not cover this action, or None when it does."""
+    if risk == "critical":
+        return "critical-risk actions are never granted in advance"
+    if grant.requester != requester:
+        return f"it is for {grant.requester}"
+    if device not in grant.devices and not (grant.selector is not None and grant.selector.matches(labels)):
+        return f"it does not cover Device {device}"
+    if actuator not in grant.actuators:
+        return f"it does not cover actuator {actuator}"
+    if not _value_granted(grant, value):
+        return f"it does not cover the value {value!r}"
+    if now >= grant.expires_at:
+        return f"it expired at {grant.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    if grant.used >= grant.uses:
+        return f"all {grant.uses} uses are consumed"
+    if grant.grantor == requester or not people.includes(grant.grantor):
+        return f"its grantor {grant.grantor} is not a person other than the requester"
+    if not grant.grantor_may_approve:
+        return f"its grantor {grant.grantor} no longer holds the 'approve' verb on this device"
+    return None
+
+
+def covering(grants: Iterable[GrantView], requester: str, device: str, labels: Mapping[str, str], actuator: str,
+             value: object, risk: str, now: datetime, people: People = DEFAULT_PEOPLE) -> list[GrantView]:
+    """The grants that cover this action, the one expiring first first (it is the one to spend)."""
+    found = [g for g in grants
+             if why_not_covered(g, requester, device, labels, actuator, value, risk, now, people) is None]
+    return sorted(found, key=lambda g: (g.expires_at, g.name))
+
+
+def _value_granted(grant: GrantView, value: object) -> bool:
+    if grant.minimum is not None and grant.maximum is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return grant.minimum <= float(value) <= grant.maximum
+    if grant.values:
+        return any(same_value(value, allowed) for allowed in grant.values)
+    return True

@@ -1,0 +1,133 @@
+"""Standing approvals: the ApprovalGrants the controller knows, the ones that cover an Intent, and spending a use.
+
+A use is consumed atomically: the grant is read from the API server and its status written back with the
+resourceVersion it was read at, so two Intents racing for the last use cannot both get it (the loser reads
+again and finds none left). A grant that was deleted (revoked) cannot be consumed: the read finds nothing.
+The consuming Intent's UID goes into the status with the use, so an Intent decided again after a restart
+does not spend a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from corral.api.codes import CONTROLLER_MANAGER, GROUP, VERSION
+from corral.api.grant import ApprovalGrant, ApprovalGrantStatus, GrantUse
+from corral.client.asyncapi import MERGE, ApiError, path_of
+from corral.decide.approvals import People
+from corral.decide.grants import GrantView, covering
+from corral.obs import metrics
+from corral.reconcile.access import AccessReviews
+from corral.reconcile.cache import Body, ObjectCache
+from corral.reconcile.interlocks import selector_of
+from corral.reconcile.kube import Kube
+
+log = logging.getLogger(__name__)
+
+CONSUME_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A use consumed: which one of how many."""
+
+    grant: str
+    grantor: str
+    use: int
+    uses: int
+
+
+class Grants:
+    def __init__(self, kube: Kube, access: AccessReviews) -> None:
+        self.kube = kube
+        self.access = access
+        self.cache = ObjectCache()
+
+    def on_event(self, event_type: str, body: Body) -> bool:
+        """Keep the cache; True when a grant appeared (waiting Intents it covers may run now)."""
+        if event_type == "DELETED":
+            self.cache.remove(body)
+            return False
+        return self.cache.upsert(body) is not None and event_type == "ADDED"
+
+    async def covering(self, namespace: str, requester: str, device: str, labels: Mapping[str, str], actuator: str,
+                       value: object, risk: str, now: datetime, people: People) -> list[GrantView]:
+        """The grants in the namespace that cover this action, the grantor's `approve` right asked now."""
+        candidates = [v for (ns, _), body in sorted(self.cache.items())
+                      if ns == namespace and (v := _view(body, True)) is not None]
+        # The right is asked only of the grantors whose grants cover everything else: one review, not one per grant.
+        found = covering(candidates, requester, device, labels, actuator, value, risk, now, people)
+        checked = []
+        for view in found:
+            spec = (self.cache.get((namespace, view.name)) or {}).get("spec") or {}
+            may = await self.access.may(view.grantor, "approve", namespace, device, spec.get("grantorGroups"))
+            checked.append(replace(view, grantor_may_approve=may))
+        return covering(checked, requester, device, labels, actuator, value, risk, now, people)
+
+    async def consume(self, namespace: str, name: str, intent: str, uid: str) -> Spent | None:
+        """Spend one use of the grant for this Intent; None when none is left (used up, expired or revoked)."""
+        path = path_of(GROUP, VERSION, "approvalgrants", namespace, name)
+        for _ in range(CONSUME_ATTEMPTS):
+            try:
+                body = await self.kube.api.request("GET", path)
+            except ApiError as err:
+                if err.status == 404:
+                    return None
+                raise
+            grant = _parsed(body)
+            if grant is None:
+                return None
+            status = grant.status or ApprovalGrantStatus()
+            if any(use.uid == uid for use in status.consumed_by):
+                return Spent(name, grant.spec.grantor, status.used, grant.spec.uses)  # spent before a restart
+            now = datetime.now(UTC)
+            if status.used >= grant.spec.uses or now >= grant.spec.expires_at:
+                return None
+            used = status.used + 1
+            new = ApprovalGrantStatus(used=used, consumed_by=[*status.consumed_by, GrantUse(
+                intent=intent, uid=uid, at=now.replace(microsecond=0))],
+                message=f"Use {used} of {grant.spec.uses}: Intent {intent}.")
+            patch = {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+                     "status": new.model_dump(mode="json", by_alias=True)}
+            try:
+                written = await self.kube.api.request("PATCH", f"{path}/status", body=patch, content_type=MERGE,
+                                                      params={"fieldManager": CONTROLLER_MANAGER})
+            except ApiError as err:
+                if err.status == 409:
+                    continue  # someone consumed one since we read it: read again
+                if err.status == 404:
+                    return None
+                raise
+            metrics.STATUS_WRITES.labels(reason="grant-used").inc()
+            self.cache.upsert(written)
+            return Spent(name, grant.spec.grantor, used, grant.spec.uses)
+        log.warning("ApprovalGrant %s/%s: gave up consuming a use after %d conflicting writes", namespace, name,
+                    CONSUME_ATTEMPTS)
+        return None
+
+
+def _parsed(body: Body) -> ApprovalGrant | None:
+    try:
+        return ApprovalGrant.model_validate(body)
+    except ValidationError as err:
+        log.warning("ApprovalGrant %s/%s does not parse; it covers nothing: %s", body["metadata"].get("namespace"),
+                    body["metadata"].get("name"), err.errors()[0]["msg"] if err.errors() else err)
+        return None
+
+
+def _view(body: Body, grantor_may_approve: bool) -> GrantView | None:
+    grant = _parsed(body)
+    if grant is None:
+        return None
+    spec, status = grant.spec, grant.status or ApprovalGrantStatus()
+    return GrantView(
+        name=body["metadata"]["name"], grantor=spec.grantor, grantor_may_approve=grantor_may_approve,
+        requester=spec.requester, actuators=frozenset(spec.actuators), uses=spec.uses, used=status.used,
+        expires_at=spec.expires_at, devices=frozenset(spec.devices), selector=selector_of(spec.selector),
+        values=tuple(spec.values), minimum=spec.range.minimum if spec.range else None,
+        maximum=spec.range.maximum if spec.range else None)

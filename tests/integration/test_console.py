@@ -1,0 +1,419 @@
+"""The approval page (`corral console`) in a real browser: Debian's Chromium driven by Playwright.
+
+One controller, two simulated locks, one console process and one browser for the module. People are
+ServiceAccounts in the people namespace (corral-people) with their own tokens: an approver holding `approve`
+on the test namespace's devices, and a viewer who may list Intents but approve nothing. An agent (a
+ServiceAccount of the test namespace) asks for the high-risk actions. Everything runs against the real
+kube-apiserver: the console holds no rights of its own and acts with the signed-in person's token.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import subprocess
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
+
+from corral.api.codes import GROUP, VERSION
+from corral.client.intents import submit, wait_settled
+from corral.console.guard import CONTENT_SECURITY_POLICY
+from corral.devcluster.plane import Plane
+from corral.devcluster.processes import free_port
+from tests.controller_harness import CORRAL, ControllerProcess, device
+from tests.fleet_harness import running_fleet
+from tests.harness import (
+    api_client,
+    apply_yaml,
+    fresh_namespace,
+    grant,
+    healthz,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = "/usr/bin/chromium"
+PEOPLE = "corral-people"
+FLEET = {"front-lock": "lock", "back-lock": "lock"}
+HOSTILE_ALIAS = "<img src=x onerror=window.xss=1>"
+HOSTILE_LOCATION = "<script>window.xss=2</script>"
+HOSTILE_REASON = "<img src=x onerror=alert(document.cookie)> open up"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console-phone.png"
+PHONE = {"width": 390, "height": 844}
+
+PERSON_ROLE = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: {device_verbs}}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, list, watch]}}
+- {{apiGroups: [corral.dev], resources: [approvals], verbs: {approval_verbs}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {people}}}]
+"""
+
+
+@dataclass
+class Home:
+    plane: Plane
+    namespace: str
+    admin: kubernetes.client.ApiClient
+    agent: kubernetes.client.ApiClient
+    approver_token: str
+    approver: str  # username
+    viewer_token: str
+    url: str  # the console
+    console_log: Path
+    browser: Browser
+
+    def ask(self, device_name: str, value: bool = True, reason: str = "Everyone left the house") -> str:
+        """The agent asks for a high-risk change; the name of its Intent, once it waits for approval."""
+        name = f"lock-{uuid.uuid4().hex[:8]}"
+        spec = {"device": device_name, "actuator": "locked", "action": "set_state", "params": {"value": value},
+                "reason": reason, "requester": f"system:serviceaccount:{self.namespace}:agent"}
+        assert submit(self.agent, self.namespace, name, spec).code == "CREATED"
+        phase = (wait_settled(self.agent, self.namespace, name, timeout_s=20).get("status") or {}).get("phase")
+        assert phase == "AwaitingApproval", phase
+        return name
+
+    def intent(self, name: str) -> dict[str, Any]:
+        return dict(kubernetes.client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "intents", name))
+
+    def approvals(self, intent_name: str) -> list[dict[str, Any]]:
+        items = kubernetes.client.CustomObjectsApi(self.admin).list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "approvals")["items"]
+        return [a for a in items if a["spec"]["intent"]["name"] == intent_name]
+
+    def context(self) -> BrowserContext:
+        return self.browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True)
+
+    def sign_in(self, page: Page, token: str, path: str = "/") -> None:
+        page.goto(self.url + path)
+        page.get_by_label("Token").fill(token)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#username")).to_have_text(re.compile(r"system:serviceaccount:corral-people:"))
+
+
+def _alive(process: subprocess.Popen[bytes], log: Path) -> bool:
+    if process.poll() is not None:
+        raise AssertionError(f"corral console exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+    return True
+
+
+def _person(admin: kubernetes.client.ApiClient, namespace: str, name: str, device_verbs: str,
+            approval_verbs: str) -> str:
+    apply_yaml(admin, PERSON_ROLE.format(name=name, people=PEOPLE, device_verbs=device_verbs,
+                                         approval_verbs=approval_verbs), namespace)
+    return service_account_token(admin, PEOPLE, name)
+
+
+def _overlay(admin: kubernetes.client.ApiClient, namespace: str, name: str, alias: str, location: str) -> None:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": name},
+            "spec": {"deviceId": name, "overlay": {"alias": alias, "location": location}}}
+    kubernetes.client.CustomObjectsApi(admin).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "devices", name, body, field_manager="kubectl", force=True,
+        _content_type="application/apply-patch+yaml")
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: scripts/bootstrap installs Debian's chromium")
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def home(plane: Plane, corral_api: kubernetes.client.ApiClient, playwright: Playwright,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
+    logs = tmp_path_factory.mktemp("console")
+    prefix = f"con-{uuid.uuid4().hex[:8]}"
+    core = kubernetes.client.CoreV1Api(corral_api)
+    try:
+        core.create_namespace({"metadata": {"name": PEOPLE}})
+    except kubernetes.client.ApiException as err:
+        if err.status != 409:  # there already: it is shared, and never deleted here
+            raise
+    suffix = uuid.uuid4().hex[:6]
+    approver_sa, viewer_sa = f"console-approver-{suffix}", f"console-viewer-{suffix}"
+    with fresh_namespace(corral_api, "console") as namespace:
+        agent = grant(plane, corral_api, namespace, "agent", "[get, list, read, listen, write]", "[get]", "write")
+        approver_token = _person(corral_api, namespace, approver_sa, "[get, list, read, approve]", "[get, list, create]")
+        viewer_token = _person(corral_api, namespace, viewer_sa, "[get, list, read]", "[get, list]")
+        wait_until_allowed(api_client(plane, token=approver_token), "approve", namespace, "devices")
+        wait_until_allowed(api_client(plane, token=viewer_token), "list", namespace, "intents")
+        port = free_port()
+        console_log = logs / "console.log"
+        with running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as _fleet, \
+                open(console_log, "ab") as log:
+            # The admin kubeconfig on purpose: the console takes only the cluster's address and CA from it.
+            console = subprocess.Popen([CORRAL, "console", "--port", str(port), "-n", namespace,
+                                        "--kubeconfig", str(plane.kubeconfig)],
+                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            controller = ControllerProcess(plane, namespace, prefix, logs / "controller.log",
+                                           "--intent-timeout", "4", "--approval-window", "120")
+            browser = None
+            try:
+                controller.start()  # while the console starts
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+                wait_for(lambda: _alive(console, console_log) and healthz(port), "the console to serve", timeout_s=30)
+                wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
+                         "both locks registered and in sync", timeout_s=30)
+                _overlay(corral_api, namespace, "front-lock", "Front door", "Hallway")
+                _overlay(corral_api, namespace, "back-lock", HOSTILE_ALIAS, HOSTILE_LOCATION)
+                yield Home(plane, namespace, corral_api, agent, approver_token,
+                           f"system:serviceaccount:{PEOPLE}:{approver_sa}", viewer_token, f"http://127.0.0.1:{port}",
+                           console_log, browser)
+            finally:
+                if browser is not None:
+                    browser.close()
+                console.terminate()
+                console.wait(10)
+                if controller.proc is not None and controller.proc.poll() is None:
+                    controller.kill()  # its graceful stop takes seconds, and nothing of it is looked at here
+                for sa in (approver_sa, viewer_sa):
+                    core.delete_namespaced_service_account(sa, PEOPLE)  # the people namespace itself stays
+
+
+def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_executed(home: Home) -> None:
+    name = home.ask("front-lock")
+    context = home.context()
+    page = context.new_page()
+    try:
+        home.sign_in(page, home.approver_token)
+        cookie = next(c for c in context.cookies() if c["name"] == "corral-session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+        card = page.locator("article.card", has=page.get_by_role("link", name="Front door"))
+        expect(card).to_be_visible()
+        expect(card).to_contain_text("Hallway")
+        expect(card.locator("[data-f=change]")).to_have_text("locked = true")
+        expect(card.locator("[data-f=current]")).to_have_text("locked = false")
+        expect(card.locator("[data-f=risk]")).to_have_text("high")
+        expect(card.locator("[data-f=requester]")).to_have_text(f"system:serviceaccount:{home.namespace}:agent")
+        expect(card.locator("[data-f=reason]")).to_have_text("Everyone left the house")
+        expect(card.locator("[data-f=left]")).to_have_text(re.compile(r"^\d+ (min \d\d )?s$"))
+        page.screenshot(path=str(_screenshot_path(home)))
+
+        card.get_by_role("button", name="Approve").click()
+        expect(page).to_have_url(f"{home.url}/intents/{home.namespace}/{name}")
+        expect(page.locator("#detail .outcome [data-f=outcome]")).to_have_text("EXECUTED", timeout=20_000)
+        assert home.intent(name)["status"]["code"] == "EXECUTED"
+        [approval] = home.approvals(name)
+        assert approval["spec"]["approver"] == home.approver and approval["spec"]["decision"] == "Approve"
+        if "approverGroups" in approval["spec"]:  # the field is new in the Approval CRD
+            assert set(approval["spec"]["approverGroups"]) == {
+                "system:serviceaccounts", f"system:serviceaccounts:{PEOPLE}", "system:authenticated"}
+
+        page.get_by_role("button", name="Sign out").click()
+        expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+        assert _post(home, "/api/intents", None, {"Cookie": f"corral-session={cookie['value']}"}, "GET")[0] == 401
+    finally:
+        context.close()
+
+
+def test_a_link_to_one_intent_signs_in_first_then_a_denial_ends_it_denied_by_approver(home: Home) -> None:
+    name = home.ask("back-lock")
+    context = home.context()
+    page = context.new_page()
+    try:
+        page.goto(f"{home.url}/intents/{home.namespace}/{name}")
+        page.get_by_label("Token").fill("not-a-token-of-this-cluster")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#signin-error")).to_contain_text("did not accept this token")
+
+        page.get_by_label("Token").fill(home.approver_token)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page).to_have_url(f"{home.url}/intents/{home.namespace}/{name}")
+        card = page.locator("#detail article.card")
+        expect(card.locator("[data-f=change]")).to_have_text("locked = true")
+        card.get_by_label("Reason").fill("not while the kids are out")
+        card.get_by_role("button", name="Deny").click()
+        expect(card.locator("[data-f=outcome]")).to_have_text("DENIED_BY_APPROVER", timeout=20_000)
+        expect(card.locator("[data-f=message]")).to_contain_text("not while the kids are out")
+        assert home.intent(name)["status"]["code"] == "DENIED_BY_APPROVER"
+    finally:
+        context.close()
+
+
+def test_a_person_who_may_list_intents_but_not_approve_sees_nothing_to_approve(home: Home) -> None:
+    name = home.ask("front-lock", value=False, reason="unlock for the plumber")
+    context = home.context()
+    page = context.new_page()
+    try:
+        home.sign_in(page, home.viewer_token)
+        expect(page.get_by_text("Nothing is waiting for your approval.")).to_be_visible()
+        expect(page.locator("article.card")).to_have_count(0)
+        # Its own page shows the request, but no buttons: the API server would refuse the Approval anyway.
+        page.goto(f"{home.url}/intents/{home.namespace}/{name}")
+        expect(page.get_by_text("You may not approve actions on this device.")).to_be_visible()
+        expect(page.get_by_role("button", name="Approve")).to_be_hidden()
+        status, answer = _post(home, f"/api/intents/{home.namespace}/{name}/decision",
+                               {"decision": "Approve", "csrf": _csrf(page)}, _cookie_header(context))
+        assert status == 403 and "The API server refused (403)" in answer, answer
+        assert home.approvals(name) == []
+    finally:
+        context.close()
+    # ... while the approver does see it.
+    context = home.context()
+    page = context.new_page()
+    try:
+        home.sign_in(page, home.approver_token)
+        expect(page.locator("article.card", has=page.get_by_text("unlock for the plumber"))).to_be_visible()
+    finally:
+        context.close()
+
+
+def test_a_post_from_another_origin_is_refused_even_with_the_stolen_cookie_and_csrf_token(home: Home) -> None:
+    name = home.ask("front-lock", value=False, reason="let the courier in")
+    uid = home.intent(name)["metadata"]["uid"]
+    context = home.context()
+    page = context.new_page()
+    try:
+        home.sign_in(page, home.approver_token)
+        csrf, cookies = _csrf(page), _cookie_header(context)
+        action = f"{home.url}/api/intents/{home.namespace}/{name}/decision"
+        # A page of another origin: the same site (127.0.0.1, another port), so the browser does send the
+        # SameSite=Strict session cookie with its form; only the origin check stands in the way.
+        attack = (f'<!doctype html><form method="post" action="{action}">'
+                  f'<input name="decision" value="Approve"><input name="uid" value="{uid}">'
+                  f'<input name="csrf" value="{csrf}"><button>Win a prize</button></form>')
+        with _serving(attack) as evil:
+            page.goto(evil)
+            with page.expect_response(lambda r: r.url == action) as answer:
+                page.get_by_role("button", name="Win a prize").click()
+            assert answer.value.status == 403
+            expect(page.locator("body")).to_contain_text("Refused: this request")
+            expect(page.locator("body")).to_contain_text("Approve and deny only on the approval page itself.")
+
+        # Outside a browser, with everything stolen, from another origin: refused too.
+        for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+            status, text = _post(home, f"/api/intents/{home.namespace}/{name}/decision",
+                                 {"decision": "Approve", "uid": uid, "csrf": csrf}, {**cookies, **headers})
+            assert status == 403 and text.startswith("Refused:"), text
+        # From the page's own origin, without its CSRF token: refused.
+        status, text = _post(home, f"/api/intents/{home.namespace}/{name}/decision",
+                             {"decision": "Approve", "uid": uid}, {**cookies, "Origin": home.url})
+        assert status == 403 and "CSRF" in text, text
+        assert home.approvals(name) == []
+        assert home.intent(name)["status"]["phase"] == "AwaitingApproval"
+    finally:
+        context.close()
+
+
+def test_a_new_request_appears_without_a_reload_and_what_devices_and_agents_wrote_stays_text(home: Home) -> None:
+    context = home.context()
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    try:
+        home.sign_in(page, home.approver_token)
+        expect(page.locator("#updated")).to_contain_text("Updated")
+        page.evaluate("() => { window.sameDocument = true; }")  # gone if the page were loaded again
+        home.ask("back-lock", reason=HOSTILE_REASON)
+        card = page.locator("article.card", has=page.get_by_text(HOSTILE_REASON))
+        expect(card.get_by_role("link", name=HOSTILE_ALIAS)).to_be_visible()
+        expect(card.locator("[data-f=location]")).to_contain_text(HOSTILE_LOCATION)
+        expect(card.locator("[data-f=reason]")).to_have_text(HOSTILE_REASON)
+        assert card.locator("img, script").count() == 0
+        assert page.evaluate("() => window.xss") is None
+        assert page.evaluate("() => window.sameDocument") is True
+        assert dialogs == []
+    finally:
+        context.close()
+
+
+def test_every_answer_carries_the_strict_headers(home: Home) -> None:
+    for path in ("/", "/static/app.js", "/api/session", f"/intents/{home.namespace}/x", "/missing", "/api/intents"):
+        request = urllib.request.Request(home.url + path)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                headers = response.headers
+        except urllib.error.HTTPError as err:
+            headers = err.headers
+        assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY, path
+        assert headers["X-Content-Type-Options"] == "nosniff" and headers["Referrer-Policy"] == "no-referrer", path
+
+
+# Helpers ---------------------------------------------------------------------------------------------------
+
+
+def _screenshot_path(home: Home) -> Path:
+    """docs/console-phone.png when it is missing or CORRAL_UPDATE_SCREENSHOTS is set (so that a test run does
+    not rewrite a committed file every time), else a file next to the console's log."""
+    if os.environ.get("CORRAL_UPDATE_SCREENSHOTS") or not SCREENSHOT.exists():
+        return SCREENSHOT
+    return home.console_log.with_name("console-phone.png")
+
+
+def _csrf(page: Page) -> str:
+    """The CSRF token the page's own script gets (what a thief with script access to the page would steal)."""
+    return str(page.evaluate("async () => (await (await fetch('/api/session')).json()).csrf"))
+
+
+def _cookie_header(context: BrowserContext) -> dict[str, str]:
+    return {"Cookie": "; ".join(f"{c['name']}={c['value']}" for c in context.cookies())}
+
+
+def _post(home: Home, path: str, form: dict[str, str] | None, headers: dict[str, str],
+          method: str = "POST") -> tuple[int, str]:
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    request = urllib.request.Request(home.url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:  # the name http.server calls
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _serving:  # a context manager, named like one made with @contextmanager
+    """Serve one HTML page from another origin (127.0.0.1, another port) until the block ends."""
+
+    def __init__(self, html: str) -> None:
+        handler = type("AttackPage", (_Page,), {"body": html.encode()})
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+

@@ -1,0 +1,123 @@
+"""The approval page's list (console/waiting.py): what waits for a person, with the context to decide, from
+API objects as the API server returns them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from corral.console.waiting import intent_view, waiting_devices, waiting_for
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+NS = "home"
+
+
+def intent(name: str, device: str = "front-lock", phase: str | None = "AwaitingApproval", expires_in_s: float = 90,
+           **spec: Any) -> dict[str, Any]:
+    status: dict[str, Any] = {"risk": "high", "paramsHash": "a" * 64}
+    if phase:
+        status["phase"] = phase
+    if phase == "AwaitingApproval":
+        status["approvalExpiresAt"] = (NOW + timedelta(seconds=expires_in_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "creationTimestamp": "2026-12-01T11:59:00Z"},
+        "spec": {"device": device, "actuator": "locked", "action": "set_state", "params": {"value": True},
+                 "reason": "everyone left", "requester": "system:serviceaccount:home:agent", **spec},
+        "status": status,
+    }
+
+
+def device(alias: str = "Front door", location: str = "Hall", reported: dict[str, Any] | None = None,
+           online: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": "front-lock", "namespace": NS},
+            "spec": {"overlay": {"alias": alias, "location": location}},
+            "status": {"online": online, "reported": {"locked": False} if reported is None else reported}}
+
+
+def test_a_waiting_intent_shows_what_a_person_needs_to_decide() -> None:
+    cited = intent("lock-1", basedOn=[{"metric": "motion", "ts": 1_764_590_400_123},
+                                      {"metric": "door", "ts": 1_764_590_400_000, "deviceId": "hall-sensor"}])
+    [view] = waiting_for([cited], {(NS, "front-lock"): device()}, {(NS, "front-lock")}, NOW)
+    assert (view.namespace, view.name, view.uid, view.device) == (NS, "lock-1", "uid-lock-1", "front-lock")
+    assert (view.alias, view.location) == ("Front door", "Hall")
+    assert view.change == "locked = true"
+    assert view.current == "locked = false" and view.current_note == ""
+    assert (view.risk, view.requester, view.reason) == ("high", "system:serviceaccount:home:agent", "everyone left")
+    assert [(r.metric, r.ts, r.device) for r in view.based_on] == [
+        ("motion", 1_764_590_400_123, "front-lock"), ("door", 1_764_590_400_000, "hall-sensor")]
+    assert view.based_on[0].at == "2025-12-01T12:00:00.123Z"
+    assert view.seconds_left == 90.0 and view.expires_at == "2026-12-01T12:01:30Z"
+    assert view.waiting and view.may_approve and view.outcome == "AWAITING_APPROVAL"
+    document = view.as_json()
+    assert document["based_on"][0] == {"metric": "motion", "ts": 1_764_590_400_123,
+                                       "at": "2025-12-01T12:00:00.123Z", "device": "front-lock"}
+
+
+def test_only_intents_awaiting_approval_on_devices_the_person_may_approve_are_listed() -> None:
+    intents = [
+        intent("waits"),
+        intent("running", phase="Executing"),
+        intent("done", phase="Succeeded"),
+        intent("new", phase=None),
+        intent("dry", dryRun=True),
+        intent("elsewhere", device="garage-door"),
+    ]
+    approvable = {(NS, "front-lock")}
+    assert waiting_devices(intents) == {(NS, "front-lock"), (NS, "garage-door")}
+    views = waiting_for(intents, {(NS, "front-lock"): device()}, approvable, NOW)
+    assert [v.name for v in views] == ["waits"]
+    assert waiting_for(intents, {}, set(), NOW) == []  # may list Intents, holds approve nowhere: nothing to approve
+
+
+def test_the_one_that_expires_first_comes_first() -> None:
+    intents = [intent("later", expires_in_s=200), intent("soon", expires_in_s=20), intent("middle", expires_in_s=100)]
+    views = waiting_for(intents, {}, {(NS, "front-lock")}, NOW)
+    assert [v.name for v in views] == ["soon", "middle", "later"]
+
+
+def test_unknown_or_unreadable_state_is_said_so_and_an_offline_device_is_last_known() -> None:
+    [unreadable] = waiting_for([intent("a")], {(NS, "front-lock"): None}, {(NS, "front-lock")}, NOW)
+    assert unreadable.current is None and unreadable.current_note == "you may not read this device"
+    assert (unreadable.alias, unreadable.location) == ("", "")
+    [unreported] = waiting_for([intent("a")], {(NS, "front-lock"): device(reported={})}, {(NS, "front-lock")}, NOW)
+    assert unreported.current is None and unreported.current_note == "not reported yet"
+    [offline] = waiting_for([intent("a")], {(NS, "front-lock"): device(online=False)}, {(NS, "front-lock")}, NOW)
+    assert offline.current == "locked = false" and "offline" in offline.current_note
+
+
+def test_values_and_changes_are_shown_as_people_write_them() -> None:
+    fan = intent("fan", actuator="fan", action="set_level", params={"value": "high"})
+    assert intent_view(fan, None, True, NOW).change == 'fan = "high"'
+    temp = intent("t", actuator="setpoint", action="set_value", params={"value": 21.5})
+    assert intent_view(temp, None, True, NOW).change == "setpoint = 21.5"
+    alias = intent("n", actuator="alias", action="set_alias", params={"value": "Front door"})
+    assert intent_view(alias, None, True, NOW).change == 'set the alias to "Front door"'
+    read = intent("r", actuator="locked", action="read", params=None)
+    assert intent_view(read, None, True, NOW).change == "read locked"
+
+
+def test_what_came_from_devices_and_agents_is_kept_as_text_for_the_page_to_escape() -> None:
+    hostile = "<img src=x onerror=alert(1)>"
+    view = intent_view(intent("x", reason=hostile), device(alias="<script>alert(2)</script>"), True, NOW)
+    assert view.reason == hostile and view.alias == "<script>alert(2)</script>"
+
+
+def test_a_decided_intent_shows_its_outcome_and_no_time_left() -> None:
+    done = intent("done", phase="Denied")
+    done["status"].update(code="DENIED_BY_APPROVER", message="Denied by alice: not now")
+    view = intent_view(done, device(), may_approve=True, now=NOW)
+    assert (view.outcome, view.message, view.phase) == ("DENIED_BY_APPROVER", "Denied by alice: not now", "Denied")
+    assert not view.waiting and not view.may_approve and view.seconds_left is None
+
+
+def test_an_expired_window_shows_zero_not_a_negative_time() -> None:
+    view = intent_view(intent("late", expires_in_s=-30), None, True, NOW)
+    assert view.seconds_left == 0.0
+
+
+def test_malformed_fields_do_not_break_the_list() -> None:
+    odd = intent("odd", basedOn=[{"metric": "m", "ts": "soon"}, {"metric": "m", "ts": True}, {"metric": "m", "ts": 5}])
+    odd["status"]["approvalExpiresAt"] = "not a time"
+    view = intent_view(odd, {"spec": {"overlay": None}, "status": None}, True, NOW)
+    assert [r.ts for r in view.based_on] == [5]
+    assert view.expires_at is None and view.seconds_left is None and view.current is None
