@@ -148,6 +148,11 @@ def grant(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, name
     return client
 
 
+def token_of(client: kubernetes.client.ApiClient) -> str:
+    """The bearer token a client made by api_client (or grant) sends."""
+    return str(client.configuration.api_key["authorization"])
+
+
 def person_name(namespace: str, name: str) -> str:
     """The ServiceAccount (in PEOPLE_NAMESPACE) of the person `name` of a test namespace."""
     return f"{namespace}-{name}"[:63]

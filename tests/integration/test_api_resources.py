@@ -10,7 +10,7 @@ import kubernetes
 import pytest
 import yaml
 
-from corral.api import KINDS, Approval, AuditCheckpoint, Capability, Device, Intent, Interlock
+from corral.api import KINDS, Approval, ApprovalGrant, AuditCheckpoint, Capability, Device, Intent, Interlock
 from corral.api.codes import GROUP, VERSION
 from corral.client.install import install_api
 from corral.devcluster.plane import Plane
@@ -83,7 +83,7 @@ def test_kubectl_get_shows_the_documented_columns(
     assert headers == [
         ["NAME", "ONLINE", "ALIAS", "LOCATION", "IN-SYNC", "AGE"],
         ["NAME", "DEVICE", "ACTION", "PHASE", "CODE", "REQUESTER", "AGE"],
-        ["NAME", "INTENT", "DECISION", "APPROVER", "AGE"],
+        ["NAME", "INTENT", "DECISION", "APPROVER", "REFUSED", "AGE"],
     ]
     assert "kitchen fan" in out and "fan-up-20261130-0001" in out
     # The `corral` category lists all of them at once.
@@ -216,8 +216,8 @@ def test_status_round_trips_through_the_status_subresource(
 
 def test_models_cover_every_kind() -> None:
     assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval", "AuditCheckpoint",
-                                            "Interlock"}
-    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock} == set(KINDS)
+                                            "Interlock", "ApprovalGrant"}
+    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant} == set(KINDS)
 
 
 def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_before_it(

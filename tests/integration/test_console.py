@@ -27,7 +27,7 @@ import kubernetes
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.client.intents import submit, wait_settled
 from corral.console.guard import CONTENT_SECURITY_POLICY
 from corral.devcluster.plane import Plane
@@ -35,43 +35,24 @@ from corral.devcluster.processes import free_port
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import running_fleet
 from tests.harness import (
-    api_client,
-    apply_yaml,
     fresh_namespace,
     grant,
     healthz,
-    service_account_token,
+    person_name,
+    person_user,
+    token_of,
     wait_for,
-    wait_until_allowed,
 )
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM = "/usr/bin/chromium"
-PEOPLE = "corral-people"
 FLEET = {"front-lock": "lock", "back-lock": "lock"}
 HOSTILE_ALIAS = "<img src=x onerror=window.xss=1>"
 HOSTILE_LOCATION = "<script>window.xss=2</script>"
 HOSTILE_REASON = "<img src=x onerror=alert(document.cookie)> open up"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console-phone.png"
 PHONE = {"width": 390, "height": 844}
-
-PERSON_ROLE = """
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: {name}}}
-rules:
-- {{apiGroups: [corral.dev], resources: [devices], verbs: {device_verbs}}}
-- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, list, watch]}}
-- {{apiGroups: [corral.dev], resources: [approvals], verbs: {approval_verbs}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: {name}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
-subjects: [{{kind: ServiceAccount, name: {name}, namespace: {people}}}]
-"""
-
 
 @dataclass
 class Home:
@@ -121,13 +102,6 @@ def _alive(process: subprocess.Popen[bytes], log: Path) -> bool:
     return True
 
 
-def _person(admin: kubernetes.client.ApiClient, namespace: str, name: str, device_verbs: str,
-            approval_verbs: str) -> str:
-    apply_yaml(admin, PERSON_ROLE.format(name=name, people=PEOPLE, device_verbs=device_verbs,
-                                         approval_verbs=approval_verbs), namespace)
-    return service_account_token(admin, PEOPLE, name)
-
-
 def _overlay(admin: kubernetes.client.ApiClient, namespace: str, name: str, alias: str, location: str) -> None:
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": name},
             "spec": {"deviceId": name, "overlay": {"alias": alias, "location": location}}}
@@ -150,19 +124,13 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, playwright: Play
     logs = tmp_path_factory.mktemp("console")
     prefix = f"con-{uuid.uuid4().hex[:8]}"
     core = kubernetes.client.CoreV1Api(corral_api)
-    try:
-        core.create_namespace({"metadata": {"name": PEOPLE}})
-    except kubernetes.client.ApiException as err:
-        if err.status != 409:  # there already: it is shared, and never deleted here
-            raise
-    suffix = uuid.uuid4().hex[:6]
-    approver_sa, viewer_sa = f"console-approver-{suffix}", f"console-viewer-{suffix}"
     with fresh_namespace(corral_api, "console") as namespace:
         agent = grant(plane, corral_api, namespace, "agent", "[get, list, read, listen, write]", "[get]", "write")
-        approver_token = _person(corral_api, namespace, approver_sa, "[get, list, read, approve]", "[get, list, create]")
-        viewer_token = _person(corral_api, namespace, viewer_sa, "[get, list, read]", "[get, list]")
-        wait_until_allowed(api_client(plane, token=approver_token), "approve", namespace, "devices")
-        wait_until_allowed(api_client(plane, token=viewer_token), "list", namespace, "intents")
+        # People (ServiceAccounts of the people namespace): one who may approve, one who may only look.
+        approver_token = token_of(grant(plane, corral_api, namespace, "approver", "[get, list, read, approve]",
+                                        "[get, list, create]", "approve", person=True))
+        viewer_token = token_of(grant(plane, corral_api, namespace, "viewer", "[get, list, read]", "[get, list]",
+                                      "read", person=True))
         port = free_port()
         console_log = logs / "console.log"
         with running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as _fleet, \
@@ -183,17 +151,18 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, playwright: Play
                 _overlay(corral_api, namespace, "front-lock", "Front door", "Hallway")
                 _overlay(corral_api, namespace, "back-lock", HOSTILE_ALIAS, HOSTILE_LOCATION)
                 yield Home(plane, namespace, corral_api, agent, approver_token,
-                           f"system:serviceaccount:{PEOPLE}:{approver_sa}", viewer_token, f"http://127.0.0.1:{port}",
+                           person_user(namespace, "approver"), viewer_token, f"http://127.0.0.1:{port}",
                            console_log, browser)
             finally:
                 if browser is not None:
                     browser.close()
                 console.terminate()
                 console.wait(10)
-                if controller.proc is not None and controller.proc.poll() is None:
-                    controller.kill()  # its graceful stop takes seconds, and nothing of it is looked at here
-                for sa in (approver_sa, viewer_sa):
-                    core.delete_namespaced_service_account(sa, PEOPLE)  # the people namespace itself stays
+                if controller.proc is not None:
+                    controller.stop()
+                for who in ("approver", "viewer"):
+                    # The people namespace itself stays: it is shared.
+                    core.delete_namespaced_service_account(person_name(namespace, who), PEOPLE_NAMESPACE)
 
 
 def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_executed(home: Home) -> None:
@@ -219,12 +188,12 @@ def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_execute
         card.get_by_role("button", name="Approve").click()
         expect(page).to_have_url(f"{home.url}/intents/{home.namespace}/{name}")
         expect(page.locator("#detail .outcome [data-f=outcome]")).to_have_text("EXECUTED", timeout=20_000)
-        assert home.intent(name)["status"]["code"] == "EXECUTED"
+        # ... and the agent, waiting with its own credentials, sees its request done.
+        assert (wait_settled(home.agent, home.namespace, name, timeout_s=5).get("status") or {})["code"] == "EXECUTED"
         [approval] = home.approvals(name)
         assert approval["spec"]["approver"] == home.approver and approval["spec"]["decision"] == "Approve"
-        if "approverGroups" in approval["spec"]:  # the field is new in the Approval CRD
-            assert set(approval["spec"]["approverGroups"]) == {
-                "system:serviceaccounts", f"system:serviceaccounts:{PEOPLE}", "system:authenticated"}
+        assert set(approval["spec"]["approverGroups"]) == {
+            "system:serviceaccounts", f"system:serviceaccounts:{PEOPLE_NAMESPACE}", "system:authenticated"}
 
         page.get_by_role("button", name="Sign out").click()
         expect(page.get_by_role("button", name="Sign in")).to_be_visible()

@@ -42,6 +42,8 @@ from corral.console.sessions import Session, SessionStore
 from corral.console.waiting import intent_view, waiting_devices, waiting_for
 
 log = logging.getLogger(__name__)
+# A call with the person's token that failed: refused by the API server, or it could not be reached.
+API_FAILURES = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
 
 LOGIN_COOKIE: Final = "corral-signin"
 NAMESPACE_PATTERN: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -180,10 +182,8 @@ class Console:
             keys = waiting_devices(intents)
             approvable = await person.approvable(keys)
             devices = await person.devices(approvable)
-        except ApiError as err:
-            return await self._api_error(request, session, err)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            return _error(request, 502, f"The console cannot reach the API server: {err}")
+        except API_FAILURES as err:
+            return await self._failed(request, session, err)
         views = waiting_for(intents, devices, approvable, datetime.now(UTC))
         return _json({"items": [v.as_json() for v in views], "problems": problems,
                       "namespaces": self.settings.namespaces, "username": session.username})
@@ -196,12 +196,8 @@ class Console:
             key = (namespace, str(intent["spec"].get("device") or ""))
             may = await person.may_approve(key)
             device = await person.device(key)
-        except ApiError as err:
-            if err.status == 404:
-                return _error(request, 404, f"There is no Intent {name} in namespace {namespace} (any more).")
-            return await self._api_error(request, session, err)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            return _error(request, 502, f"The console cannot reach the API server: {err}")
+        except API_FAILURES as err:
+            return await self._failed(request, session, err, (namespace, name))
         return _json({"intent": intent_view(intent, device, may, datetime.now(UTC)).as_json(),
                       "username": session.username})
 
@@ -223,12 +219,8 @@ class Console:
                                              session.groups, expected_uid=uid)
         except ValueError as err:
             return _error(request, 409, str(err))
-        except ApiError as err:
-            if err.status == 404:
-                return _error(request, 404, f"There is no Intent {name} in namespace {namespace} (any more).")
-            return await self._api_error(request, session, err)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            return _error(request, 502, f"The console cannot reach the API server: {err}")
+        except API_FAILURES as err:
+            return await self._failed(request, session, err, (namespace, name))
         done = "approved" if verdict == "Approve" else "denied"
         log.info("%s %s %s/%s (Approval %s)", session.username, done, namespace, name, approval["metadata"]["name"])
         return _json({"approval": approval["metadata"]["name"],
@@ -251,7 +243,13 @@ class Console:
                                                          f"{', '.join(self.settings.namespaces or [])}, not {namespace}.")
         return namespace, name
 
-    async def _api_error(self, request: web.Request, session: Session, err: ApiError) -> web.StreamResponse:
+    async def _failed(self, request: web.Request, session: Session, err: Exception,
+                      intent: tuple[str, str] | None = None) -> web.StreamResponse:
+        """What the person is told when the API server refused a call made with their token, or was not reached."""
+        if not isinstance(err, ApiError):
+            return _error(request, 502, f"The console cannot reach the API server: {err}")
+        if err.status == 404 and intent is not None:
+            return _error(request, 404, f"There is no Intent {intent[1]} in namespace {intent[0]} (any more).")
         if err.status == 401:
             await self.end(session.id)
             return _error(request, 401, "The API server no longer accepts your token (it expired or was revoked): "
