@@ -138,6 +138,8 @@ def test_helm_lint_passes_strictly(helm: Helm) -> None:
     ("mosquitto.enabled=true", "mosquitto.plainListener=true", "mqtt.manageAccounts=true"),
     ("audit.persistence.enabled=false", "gateway.replicas=3", "audit.gatewayPersistence.enabled=false"),
     ("audit.existingKeySecret=mine", "audit.serving.existingSecret=tls", "audit.persistence.existingClaim=pvc"),
+    ("console.enabled=true", "notifications.webhooks[0].name=phone", "notifications.webhooks[0].kind=ntfy",
+     "notifications.webhooks[0].secretName=ntfy"),
 ])
 def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str, ...]) -> None:
     docs = render(helm, *sets)
@@ -159,6 +161,8 @@ def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str,
     (), ("metrics.enabled=true", "gateway.deviceTools=true"), ("controller.watchNamespaces={a,b}",),
     ("signing.require=true", "signing.keysSecret=keys", "policy.approvals.medium=0", "telemetry.deadbands.rssi=5"),
     ("audit.checkpointInterval=60", "audit.servePort=9443", "gateway.replicas=2", "audit.gatewayPersistence.enabled=false"),
+    ("console.enabled=true", "policy.people.namespace=household",
+     "policy.people.approverServiceAccounts={ops/pager}"),
 ])
 def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[str, ...], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,7 +170,7 @@ def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[
     for deployment in (d for d in render(helm, *sets) if d["kind"] == "Deployment"):
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             args = container.get("args") or []
-            if container.get("command") or not args or args[0] not in ("run", "mcp"):
+            if container.get("command") or not args or args[0] not in ("run", "mcp", "console"):
                 continue  # not a corral container (the bundled Mosquitto)
             command = cli.commands[args[0]]
             # raises a UsageError on anything corral refuses (the mounted files must exist: --serve-cert)
