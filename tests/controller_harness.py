@@ -29,9 +29,13 @@ CORRAL = str(Path(sys.executable).parent / "corral")
 
 
 class ControllerProcess:
-    def __init__(self, plane: Plane, namespace: str | None, prefix: str, log_path: Path, *extra: str) -> None:
-        """namespace None: a controller that watches every namespace."""
+    def __init__(self, plane: Plane, namespace: str | None, prefix: str, log_path: Path, *extra: str,
+                 mqtt_url: str | None = None) -> None:
+        """namespace None: a controller that watches every namespace. mqtt_url: another broker account than the
+        plane's controller account (the broker takes the username as client id: two controllers on one account
+        take each other's session, and each takeover fires the other's Will)."""
         self.plane = plane
+        self.mqtt_url = mqtt_url
         self.namespace = namespace
         self.prefix = prefix
         self.log_path = log_path
@@ -58,7 +62,7 @@ class ControllerProcess:
 
     def start(self) -> None:
         argv = [
-            CORRAL, "run", "--mqtt", self.plane.mqtt_url_as(BROKER_CONTROLLER),
+            CORRAL, "run", "--mqtt", self.mqtt_url or self.plane.mqtt_url_as(BROKER_CONTROLLER),
             *(("--watch-namespace", self.namespace) if self.namespace else ()), "--topic-prefix", self.prefix,
             "--health-port", str(self.health_port), "--command-timeout", "4",
             "--audit-dir", str(self.audit_dir), "--audit-key", str(self.audit_key),
@@ -82,9 +86,21 @@ class ControllerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def freeze(self) -> None:
+        """SIGSTOP: a hung controller. Its connections stay open, so the broker sends no Will until the
+        keep-alive runs out (1.5 x 30 s); it sends nothing, heartbeats included."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: the hung controller carries on where it stopped."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a frozen one must run to hear SIGTERM
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(20)

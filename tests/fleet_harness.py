@@ -144,7 +144,8 @@ def enroll_devices(kube: Any, namespace: str, devices: dict[str, str]) -> dict[s
 
 @contextmanager
 def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], *, enroll_in: tuple[Any, str] | None = None,
-                  credentials: dict[str, str] | None = None, tls: bool = False, **options: Any) -> Iterator[Fleet]:
+                  credentials: dict[str, str] | None = None, tls: bool = False,
+                  contracts: dict[str, dict[str, Any]] | None = None, **options: Any) -> Iterator[Fleet]:
     """devices: id -> type. Runs the fleet on a thread of its own until the block ends (then stops it cleanly).
 
     Every device connects with an account of its own. `enroll_in` (an admin client, a namespace): the devices
@@ -152,7 +153,8 @@ def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], *, enroll_
     broker's accounts from); `credentials` (id -> password): they were enrolled already; neither (tests of the
     firmware alone, no controller on this prefix): they only get broker accounts. Either way the accounts are
     made at once, so the devices need not wait for a controller to make them. `tls`: over the plane's TLS
-    listener, checked against its CA.
+    listener, checked against its CA. `contracts` (id -> contract without device_id): firmware built with
+    another contract than its type's catalog one (e.g. a shorter failsafe delay).
     """
     if enroll_in is not None:
         passwords = enroll_devices(enroll_in[0], enroll_in[1], devices)
@@ -167,6 +169,8 @@ def running_fleet(plane: Plane, prefix: str, devices: dict[str, str], *, enroll_
     broker = (Broker("127.0.0.1", plane.mqtt_tls_port, credentials=passwords, tls=True, ca_file=str(plane.mqtt_ca_file))
               if tls else Broker("127.0.0.1", plane.mqtt_port, credentials=passwords))
     fleet = Fleet(specs, broker, FleetOptions(**settings))
+    for device_id, contract in (contracts or {}).items():
+        fleet.devices[device_id].contract = contract
     thread = threading.Thread(target=fleet.run, name="fleet", daemon=True)
     thread.start()
     try:
@@ -207,6 +211,16 @@ def firmware(fleet: Fleet, device_id: str) -> Any:
 def hardware_applies(fleet: Fleet, device_id: str) -> list[tuple[str, Any]]:
     """What the simulated hardware of a device was told to do (actuator, value), in order."""
     return on_fleet(fleet, lambda: [(a, v) for a, v, _units in fleet.devices[device_id].board.applied])
+
+
+def hardware_applies_at(fleet: Fleet, device_id: str) -> list[tuple[str, Any, float]]:
+    """hardware_applies with the time of each, in time.monotonic() seconds (the fleet's clock in this process)."""
+    def read() -> list[tuple[str, Any, float]]:
+        board = fleet.devices[device_id].board
+        assert board is not None
+        return [(a, v, at / 1000) for (a, v, _units), at in zip(board.applied, board.applied_ms, strict=True)]
+
+    return on_fleet(fleet, read)
 
 
 def publish(plane: TestBroker, messages: list[tuple[str, str | bytes, bool]]) -> None:

@@ -188,6 +188,37 @@ def is_color(value) -> bool:
     return True
 
 
+FAILSAFE_MIN_DELAY_S = 1
+FAILSAFE_MAX_DELAY_S = 86400
+
+
+def failsafe_of(actuator: Actuator):
+    """The actuator's failsafe from its contract as (value, delay_ms), or None; ValueError when it is not one.
+
+    The same rules as the controller's contract model: a valid value of the actuator exactly as it would be
+    applied (not clamped, not rounded), after 1 to 86400 seconds; never on a counter or a firmware updater.
+    """
+    failsafe = actuator.spec.get("failsafe")
+    if failsafe is None:
+        return None
+    where = "actuator '" + actuator.id + "': failsafe "
+    if type(failsafe) is not dict or "value" not in failsafe or "delay_s" not in failsafe:
+        raise ValueError(where + "must be an object with 'value' and 'delay_s'")
+    if actuator.type == "counter" or actuator.action == "set_version":
+        raise ValueError(where + "is not allowed on a " + actuator.action + " actuator")
+    delay = failsafe["delay_s"]
+    if not is_number(delay) or not FAILSAFE_MIN_DELAY_S <= delay <= FAILSAFE_MAX_DELAY_S:
+        raise ValueError(where + "delay_s must be a number of seconds from 1 to 86400, not " + show(delay))
+    value = failsafe["value"]
+    try:
+        applied, clamped = actuator.resolve(value)
+    except Refused as refusal:
+        raise ValueError(where + "value: " + str(refusal)) from None
+    if clamped:
+        raise ValueError(where + "value " + show(value) + " is not a value the actuator takes as it is")
+    return applied, int(delay * 1000)
+
+
 def make_actuator(spec: dict, firmware_version: str = "", counter_total: int = 0) -> Actuator:
     kind = spec["type"]
     if kind == "bool":

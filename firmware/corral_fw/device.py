@@ -7,9 +7,20 @@ owner calls
 
     will()                      -> (topic, payload) to set as Last Will before connecting
     on_connect()                after every (re)connect: subscribe, retained info, retained online
-    on_message(topic, payload)  for every message received: commands -> acks
-    tick(now_ms) -> next_ms     sensors, telemetry, debounced events; call again at next_ms
+    on_message(topic, payload, retained=False)
+                                for every message received: commands -> acks; the controller's heartbeat
+    tick(now_ms) -> next_ms     sensors, telemetry, debounced events, failsafes; call again at next_ms
+                                (after a message, next_wakeup(now_ms) may be sooner: a heartbeat re-arms
+                                the failsafe clock)
     shutdown()                  before a clean disconnect: retained offline (a Will fires only on loss)
+
+Failsafe (docs/protocol.md, "Heartbeat and failsafe"): an actuator whose contract declares
+`failsafe: {"value", "delay_s"}` is moved to that value once delay_s have passed since the last heartbeat
+the device heard (on its monotonic clock), once per loss, and the device says so in a `state` event with
+value `failsafe`. The countdown runs from boot until a first heartbeat arrives: a device that never hears a
+controller fails safe as well. A retained message never counts as a heartbeat; the controller's Last Will
+(`{"state": "gone"}`) only names the cause, since the clock already runs from the last heartbeat. A
+heartbeat ends the loss; the device never restores the old value itself (the controller drives it again).
 
 A transport has `publish(topic, payload, retain, qos) -> bool` (False when the
 message could not be handed to the network) and `subscribe(topic, qos)`.
@@ -19,7 +30,7 @@ A board has `read(metric)`, `apply(actuator_id, value, units)`,
 
 import json
 
-from corral_fw.actuators import Refused, make_actuator, show
+from corral_fw.actuators import Refused, failsafe_of, make_actuator, show
 from corral_fw.debounce import DEFAULT_QUIET_MS, Debouncer
 from corral_fw.dedup import DEFAULT_SIZE, AckCache
 from corral_fw.ringbuf import RingBuffer
@@ -34,6 +45,13 @@ MAX_ID_CHARS = 64
 MAX_COMMAND_BYTES = 4096
 QOS_TELEMETRY = 0
 QOS_RELIABLE = 1
+HEARTBEAT_TOPIC = "_corral/heartbeat"  # under the prefix; only the controller may publish there
+MAX_HEARTBEAT_BYTES = 512
+FAILSAFE = "failsafe"
+# What the device knew of the controller when a failsafe was applied.
+CONTROLLER_UNSEEN = "unseen"  # no heartbeat since boot
+CONTROLLER_SILENT = "silent"  # heartbeats stopped, no word why (a hung controller, a cut link)
+CONTROLLER_GONE = "gone"  # its Last Will (or its clean stop) said so
 
 
 class Device:
@@ -68,6 +86,7 @@ class Device:
         self.topic_ack = base + "ack"
         self.topic_telemetry = base + "telemetry"
         self.topic_event = base + "event"
+        self.topic_heartbeat = prefix + "/" + HEARTBEAT_TOPIC
 
         info = {}
         for key in contract:
@@ -88,6 +107,17 @@ class Device:
                 commands.append(actuator.action)
         self.commands = sorted(commands)
         self._acks = AckCache(dedup_size)
+
+        # Failsafes: (actuator, value, delay_ms) from the contract (checked: a bad one refuses to build).
+        self._failsafes = []
+        for actuator in self.actuators:
+            failsafe = failsafe_of(actuator)
+            if failsafe is not None:
+                self._failsafes.append((actuator, failsafe[0], failsafe[1]))
+        self._heard_ms = clock.ms()  # the last heartbeat; boot counts as one (see the module docstring)
+        self.controller = CONTROLLER_UNSEEN
+        self._tripped = {}  # actuator id -> True: its failsafe was handled during the current loss
+        self.failsafe_state = {}  # actuator id -> why it sits at its failsafe value (until set again)
 
         self.metrics = [s["metric"] for s in contract.get("sensors", [])]
         self.samples_per_report = samples_per_report
@@ -115,6 +145,8 @@ class Device:
         self.telemetry_sent = 0
         self.local_changes = 0
         self.event_seq = 0
+        self.heartbeats = 0
+        self.failsafes_applied = 0
 
     # Connection -------------------------------------------------------------------------
 
@@ -125,6 +157,8 @@ class Device:
         """Subscribe first, so that `online` (published after) means commands are heard."""
         self.connects += 1
         self.transport.subscribe(self.topic_cmd, QOS_RELIABLE)
+        if self._failsafes:
+            self.transport.subscribe(self.topic_heartbeat, QOS_TELEMETRY)
         self._publish(self.topic_info, self.info_payload, True, QOS_RELIABLE)
         self._publish(self.topic_status, ONLINE, True, QOS_RELIABLE)
         # The state after a boot or a time away may not be what the controller last heard.
@@ -134,7 +168,10 @@ class Device:
         """A clean stop: say offline ourselves; the broker drops the Will on a normal DISCONNECT."""
         self._publish(self.topic_status, OFFLINE, True, QOS_RELIABLE)
 
-    def on_message(self, topic: str, payload) -> None:
+    def on_message(self, topic: str, payload, retained: bool = False) -> None:
+        if topic == self.topic_heartbeat:
+            self.on_heartbeat(payload, retained, self.clock.ms())
+            return
         if topic != self.topic_cmd:
             return
         self._publish(self.topic_ack, self.handle_command(payload), False, QOS_RELIABLE)
@@ -211,6 +248,7 @@ class Device:
         except Exception as failure:
             return self._error(command_id, "actuator '" + actuator.id + "' failed: " + str(failure))
         actuator.apply(applied)
+        self.failsafe_state.pop(actuator.id, None)  # set again: no longer at its failsafe value for a loss
         self.executions += 1
         if actuator.type == "counter":
             self._save_counters()
@@ -222,6 +260,8 @@ class Device:
         ack = {"id": command_id, "ok": ok, "error": error, "state": self.state()}
         if clamped is not None:
             ack["clamped"] = clamped
+        if self.failsafe_state:
+            ack[FAILSAFE] = self.failsafe_state
         return json.dumps(ack)
 
     def _error(self, command_id, message: str) -> str:
@@ -234,17 +274,73 @@ class Device:
         applied, _ = actuator.resolve(value)
         self.board.apply(actuator.id, applied, actuator.units_for(applied))
         actuator.apply(applied)
+        self.failsafe_state.pop(actuator.id, None)
         self.local_changes += 1
         if actuator.type == "counter":
             self._save_counters()
         self._publish_state("local")
 
-    def _publish_state(self, cause: str) -> None:
+    def _publish_state(self, cause: str, failsafe=None) -> None:
+        """The full state; with `failsafe` (actuator id -> why) when actuators sit at failsafe values."""
         self.event_seq += 1
-        payload = json.dumps(
-            {"ts": self.clock.epoch_ms(), "event": STATE_EVENT, "value": cause, "seq": self.event_seq, "state": self.state()}
-        )
-        self._publish(self.topic_event, payload, False, QOS_RELIABLE)
+        event = {"ts": self.clock.epoch_ms(), "event": STATE_EVENT, "value": cause, "seq": self.event_seq,
+                 "state": self.state()}
+        if failsafe is None:
+            failsafe = self.failsafe_state
+        if failsafe:
+            event[FAILSAFE] = failsafe
+        self._publish(self.topic_event, json.dumps(event), False, QOS_RELIABLE)
+
+    # The controller's heartbeat and the failsafe -----------------------------------------
+
+    def on_heartbeat(self, payload, retained: bool, now_ms: int) -> None:
+        """A message on the heartbeat topic. Only a live beat (`alive` with a `seq`, not retained) counts; a
+        retained `alive` (the controller replacing its Will) may be old and proves nothing."""
+        if len(payload) > MAX_HEARTBEAT_BYTES:
+            return
+        try:
+            if type(payload) is not str:
+                payload = bytes(payload).decode()
+            message = json.loads(payload)
+        except Exception:
+            return
+        if type(message) is not dict:
+            return
+        state = message.get("state")
+        if state == CONTROLLER_GONE:
+            # The clock already runs from the last beat (the will comes later, if at all): only the cause is new.
+            self.controller = CONTROLLER_GONE
+        elif state == "alive" and not retained and "seq" in message:
+            self._heard_ms = now_ms
+            self.controller = "alive"
+            if self._tripped:
+                self._tripped = {}  # the loss is over: the next one trips the failsafes again
+            self.heartbeats += 1
+
+    def _check_failsafes(self, now_ms: int) -> None:
+        lost_ms = now_ms - self._heard_ms
+        for actuator, value, delay_ms in self._failsafes:
+            if lost_ms < delay_ms or actuator.id in self._tripped:
+                continue
+            self._tripped[actuator.id] = True  # once per loss, whatever happens next
+            if actuator.value == value:
+                continue
+            controller = self.controller if self.controller != "alive" else CONTROLLER_SILENT
+            record = {"value": value, "heartbeat_lost_ms": lost_ms, "controller": controller,
+                      "ts": self.clock.epoch_ms()}
+            try:
+                self.board.apply(actuator.id, value, actuator.units_for(value))
+            except Exception as failure:
+                self.errors += 1
+                record["error"] = "actuator '" + actuator.id + "' failed: " + str(failure)
+                failed = dict(self.failsafe_state)
+                failed[actuator.id] = record
+                self._publish_state(FAILSAFE, failed)
+                continue
+            actuator.apply(value)
+            self.failsafes_applied += 1
+            self.failsafe_state[actuator.id] = record
+            self._publish_state(FAILSAFE)
 
     def _save_counters(self) -> None:
         if self.store is None:
@@ -259,6 +355,8 @@ class Device:
 
     def tick(self, now_ms: int) -> int:
         """Do what is due at now_ms; returns when the next thing will be due."""
+        if self._failsafes:
+            self._check_failsafes(now_ms)
         if self.metrics and now_ms >= self._next_sample:
             self._sample()
             self._samples_taken += 1
@@ -288,6 +386,9 @@ class Device:
             edge = self.board.next_input_ms()
             if edge is not None and edge < wake:
                 wake = edge
+        for actuator, _value, delay_ms in self._failsafes:
+            if actuator.id not in self._tripped and self._heard_ms + delay_ms < wake:
+                wake = self._heard_ms + delay_ms
         return wake
 
     def _sample(self) -> None:

@@ -6,7 +6,8 @@
   off (no load on an open relay, no flow through a closed valve); a boosted one
   reads higher while its output is on (an SHT30 with its heater running).
 - Outputs take the value the firmware applies; `applied` records every call,
-  so a test can count executions on the hardware side.
+  so a test can count executions on the hardware side (and, given a clock,
+  `applied_ms` when each happened on its monotonic count).
 - Inputs (door contacts, leak probes) change now and then; every change
   arrives as a burst of bouncing edges, as a real contact's would.
 - A sensor can be held at a value (a profile's `value`, or `set_sensor`): a
@@ -64,7 +65,7 @@ class SimInput:
 
 class SimBoard:
     def __init__(self, contract: dict, device_id: str, seed: int, device_type: str = "", now_ms: int = 0,
-                 auto_inputs: bool = True):
+                 auto_inputs: bool = True, clock=None):
         p = profile(device_type)
         gates = p.get("gates", {})
         boosts = p.get("boosts", {})
@@ -73,6 +74,8 @@ class SimBoard:
         self.device_id = device_id
         self.outputs = {}
         self.applied = []
+        self.applied_ms = []  # clock.ms() of each entry of `applied`, when a clock is given
+        self.clock = clock
         self.jammed = set()
         self.sensors = {}
         for spec in contract.get("sensors", []):
@@ -101,6 +104,8 @@ class SimBoard:
             raise OSError("jammed: the actuator did not move")
         self.outputs[actuator_id] = value
         self.applied.append((actuator_id, value, units))
+        if self.clock is not None:
+            self.applied_ms.append(self.clock.ms())
 
     def set_sensor(self, metric: str, value) -> None:
         """The sensor reads value from now on (water reaches a leak probe); None: its simulated readings again."""

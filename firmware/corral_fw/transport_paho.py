@@ -64,7 +64,7 @@ class PahoTransport:
             self.on_link_change(self, False)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        self.device.on_message(message.topic, message.payload)
+        self.device.on_message(message.topic, message.payload, bool(message.retain))
 
     def publish(self, topic: str, payload: str, retain: bool, qos: int) -> bool:
         if not self.connected:

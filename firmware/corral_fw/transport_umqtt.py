@@ -194,8 +194,9 @@ class UmqttTransport:
             except OSError:
                 pass
 
-    def _on_message(self, topic, payload) -> None:
-        self.device.on_message(topic.decode(), payload)
+    def _on_message(self, topic, payload, retained=False) -> None:
+        # umqtt.simple passes no retain flag (some forks do): the heartbeat's payload tells a live beat anyway.
+        self.device.on_message(topic.decode(), payload, bool(retained))
 
     def publish(self, topic: str, payload: str, retain: bool, qos: int) -> bool:
         if not self.connected:

@@ -155,6 +155,7 @@ class SimulatedDevice:
         self.transport: _FleetTransport | None = None
         self.boots = 0
         self.tick_token = 0
+        self.tick_at: int | None = None  # when the pending tick is due
         self.reconnect_delay_s = 0.0
         self.next_link_down_s: float | None = None  # set by a link drop: how long before reconnecting
         self.fault_rng: Rng | None = None
@@ -175,6 +176,12 @@ class _FleetTransport(PahoTransport):
         username, password = broker.account(device.device_id)
         super().__init__(device, client_id, keepalive_s, username, password, fleet.tls_context)
         self.fleet = fleet
+        self.after_message: Callable[[], None] | None = None
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        super()._on_message(client, userdata, message)
+        if self.after_message is not None:
+            self.after_message()  # a heartbeat may bring a failsafe deadline nearer than the pending tick
 
     def _publish_now(self, topic: str, payload: str, retain: bool, qos: int) -> None:
         PahoTransport.publish(self, topic, payload, retain, qos)
@@ -398,13 +405,14 @@ class Fleet:
         phase_ms = Rng.for_device(seed, spec.device_id, "phase").randint(0, interval_ms - 1)
         # The simulated world goes on across power cycles: a rebooted board reads on from a new stream.
         board = SimBoard(device.contract, spec.device_id, seed + 1_000_003 * (device.boots - 1), spec.device_type, now,
-                         auto_inputs=options.auto_inputs)
+                         auto_inputs=options.auto_inputs, clock=self.clock)
         firmware = Device(
             device.contract, spec.device_id, board, self.clock, prefix=options.prefix, telemetry_ms=interval_ms,
             store=device.flash, phase_ms=phase_ms, **firmware_options(spec.device_type),
         )
         transport = _FleetTransport(self, firmware, f"{options.prefix}/{spec.device_id}", options.keepalive_s, self.broker)
         transport.on_link_change = lambda t, up: self._link_changed(device, generation, up)
+        transport.after_message = lambda: self._wake_earlier(device, generation)
         client = transport.client
         client.on_socket_open = self._socket_open
         client.on_socket_close = self._socket_close
@@ -421,8 +429,18 @@ class Fleet:
     def _schedule_tick(self, device: SimulatedDevice, at_ms: int) -> None:
         """One pending tick per device: a new one replaces the old (whose token no longer matches)."""
         device.tick_token += 1
+        device.tick_at = at_ms
         token = device.tick_token
         self._at(at_ms, lambda: self._tick(device, token))
+
+    def _wake_earlier(self, device: SimulatedDevice, generation: int) -> None:
+        """After a message: tick sooner if the firmware now wants to (its failsafe clock was re-armed)."""
+        if device.generation != generation or device.firmware is None or not device.powered:
+            return
+        now = self.clock.ms()
+        wake = max(device.firmware.next_wakeup(now), now + 1)
+        if device.tick_at is None or wake < device.tick_at:
+            self._schedule_tick(device, wake)
 
     def _tick(self, device: SimulatedDevice, token: int) -> None:
         if device.tick_token != token or device.firmware is None or not device.powered:

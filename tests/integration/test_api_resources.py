@@ -10,7 +10,17 @@ import kubernetes
 import pytest
 import yaml
 
-from corral.api import KINDS, Approval, ApprovalGrant, AuditCheckpoint, Capability, Device, Intent, Interlock
+from corral.api import (
+    KINDS,
+    AgentPause,
+    Approval,
+    ApprovalGrant,
+    AuditCheckpoint,
+    Capability,
+    Device,
+    Intent,
+    Interlock,
+)
 from corral.api.codes import GROUP, VERSION
 from corral.client.install import install_api
 from corral.devcluster.plane import Plane
@@ -216,8 +226,8 @@ def test_status_round_trips_through_the_status_subresource(
 
 def test_models_cover_every_kind() -> None:
     assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval", "AuditCheckpoint",
-                                            "Interlock", "ApprovalGrant"}
-    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant} == set(KINDS)
+                                            "Interlock", "ApprovalGrant", "AgentPause"}
+    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant, AgentPause} == set(KINDS)
 
 
 def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_before_it(

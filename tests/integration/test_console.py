@@ -9,6 +9,7 @@ kube-apiserver: the console holds no rights of its own and acts with the signed-
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import re
@@ -35,6 +36,7 @@ from corral.devcluster.processes import free_port
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.fleet_harness import running_fleet
 from tests.harness import (
+    api_client,
     fresh_namespace,
     grant,
     healthz,
@@ -323,6 +325,41 @@ def test_every_answer_carries_the_strict_headers(home: Home) -> None:
             headers = err.headers
         assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY, path
         assert headers["X-Content-Type-Options"] == "nosniff" and headers["Referrer-Policy"] == "no-referrer", path
+
+
+def test_while_agents_are_paused_the_page_says_so_above_everything_and_not_after_they_resume(home: Home) -> None:
+    # The approver role reads the switch; this module's approver has only the rights grant() gave it, so add that.
+    reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "switch-reader"},
+              "rules": [{"apiGroups": [GROUP], "resources": ["agentpauses"], "verbs": ["get", "list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "switch-reader"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "switch-reader"},
+               "subjects": [{"kind": "ServiceAccount", "name": person_name(home.namespace, "approver"),
+                             "namespace": PEOPLE_NAMESPACE}]}
+    rbac = kubernetes.client.RbacAuthorizationV1Api(home.admin)
+    rbac.create_namespaced_role(home.namespace, reader)
+    rbac.create_namespaced_role_binding(home.namespace, binding)
+    # alice pauses agents (as herself: the admission policy wants `by` to be the writer).
+    alice = kubernetes.client.CustomObjectsApi(api_client(home.plane, impersonate="alice", group="system:masters"))
+    alice.create_namespaced_custom_object(GROUP, VERSION, home.namespace, "agentpauses", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentPause", "metadata": {"name": "agents"},
+        "spec": {"paused": True, "reason": "water in the basement", "by": "alice", "since": "2026-12-01T22:00:00Z"}})
+    context = home.context()
+    page = context.new_page()
+    try:
+        home.sign_in(page, home.approver_token)
+        banner = page.locator("#paused")
+        expect(banner).to_contain_text(f"Agents are paused in namespace {home.namespace} since 2026-12-01 22:00:00 "
+                                       "UTC by alice: water in the basement.", timeout=10_000)
+        expect(banner).to_contain_text("Your own requests still run.")
+        alice.delete_namespaced_custom_object(GROUP, VERSION, home.namespace, "agentpauses", "agents")
+        expect(banner).to_be_hidden(timeout=10_000)
+    finally:
+        context.close()
+        with contextlib.suppress(kubernetes.client.ApiException):  # deleted above unless the test failed first
+            alice.delete_namespaced_custom_object(GROUP, VERSION, home.namespace, "agentpauses", "agents")
+        rbac.delete_namespaced_role_binding("switch-reader", home.namespace)
+        rbac.delete_namespaced_role("switch-reader", home.namespace)
 
 
 # Helpers ---------------------------------------------------------------------------------------------------

@@ -162,8 +162,8 @@ def test_two_callers_with_different_roles_see_different_tools_and_devices_over_s
                 stdio_client(home.kubeconfigs["operator"], mode=mode) as operator:
             assert names(await reader.list_tools()) == ["iot.intent_status", "iot.list_devices", "iot.query", "iot.read"]
             assert names(await operator.list_tools()) == [
-                "iot.control", "iot.intent_status", "iot.list_devices", "iot.query", "iot.read",
-                "iot.set_alias", "iot.set_location", "iot.set_note"]
+                "iot.acquire", "iot.control", "iot.intent_status", "iot.list_devices", "iot.query", "iot.read",
+                "iot.release", "iot.set_alias", "iot.set_location", "iot.set_note"]
             listed = await reader.call_tool("iot.query", {})
             assert [d["device_id"] for d in listed.structured_content["devices"]] == [f"{home.namespace}/kitchen-light"]
             assert [d["device_id"] for d in (await operator.call_tool("iot.list_devices", {})).structured_content[

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from corral.console.waiting import intent_view, waiting_devices, waiting_for
+from corral.console.waiting import intent_view, paused_notices, waiting_devices, waiting_for
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 NS = "home"
@@ -121,3 +121,20 @@ def test_malformed_fields_do_not_break_the_list() -> None:
     view = intent_view(odd, {"spec": {"overlay": None}, "status": None}, True, NOW)
     assert [r.ts for r in view.based_on] == [5]
     assert view.expires_at is None and view.seconds_left is None and view.current is None
+
+
+def test_the_banner_says_where_agents_are_paused_among_the_served_namespaces() -> None:
+    def switch(namespace: str, paused: bool) -> dict[str, Any]:
+        return {"metadata": {"name": "agents", "namespace": namespace},
+                "spec": {"paused": paused, "reason": "leak in the basement", "by": "alice",
+                         "since": "2026-12-01T11:58:00Z"}}
+
+    switches = [switch("shed", True), switch(NS, True), switch("garage", False)]
+    notices = paused_notices(switches, None)
+    assert [n["namespace"] for n in notices] == ["home", "shed"]
+    assert notices[0]["message"] == (
+        "Agents are paused in namespace home since 2026-12-01 11:58:00 UTC by alice: leak in the basement. Nothing "
+        "an agent asks for there runs until a person resumes agents (corral agents resume -n home). Your own "
+        "requests still run.")
+    assert [n["namespace"] for n in paused_notices(switches, [NS, "garage"])] == ["home"]
+    assert paused_notices([], [NS]) == []

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from corral.api.pause import Paused, paused_of
 from corral.contract.model import Contract
 from corral.decide.approvals import ApprovalView, People
 from corral.decide.decision import (
@@ -271,7 +272,9 @@ def test_a_read_needs_the_read_verb_and_an_online_device_but_no_approval() -> No
     assert unknown.code == "DENY_UNKNOWN_ACTION" and "Readable: bolt, light, firmware, temperature" in unknown.message
 
 
-GUARDED = Guards(paused=True, hold="its new contract lowers the risk of bolt; a person must accept it",
+AGENT = "system:serviceaccount:home:agent"  # a program: a pause stops it ("agent" alone would be a User, a person)
+PAUSED = Paused("home", "alice", "the basement is flooded", NOW - timedelta(minutes=2))
+GUARDED = Guards(paused=PAUSED, hold="its new contract lowers the risk of bolt; a person must accept it",
                  interlocks=(InterlockVerdict("no-unlock-at-night", False, "it is night"),),
                  lease=Lease("system:serviceaccount:home:other-agent", NOW + timedelta(minutes=3), "cleaning"))
 
@@ -284,17 +287,17 @@ def test_the_pipeline_order_is_pinned_for_the_whole_product() -> None:
 
 
 def test_the_safety_envelope_is_checked_in_its_order_after_scope_and_before_readings() -> None:
-    stale = intent(based_on=(Observation("temperature", NOW_MS - 60_000),))
+    stale = intent(based_on=(Observation("temperature", NOW_MS - 60_000),), requester=AGENT)
     codes = []
     guards = GUARDED
     no_wait = Policy(hold_window=timedelta(0))  # a held device's request is denied at once
     for lift in ("paused", "hold", "interlocks", "lease"):
         codes.append(decide(stale, DEVICE, True, [], HASH, NOW, no_wait, guards).code)
-        guards = replace(guards, **{lift: {"paused": False, "hold": None, "interlocks": (), "lease": None}[lift]})
+        guards = replace(guards, **{lift: {"paused": None, "hold": None, "interlocks": (), "lease": None}[lift]})
     codes.append(decide(stale, DEVICE, True, [], HASH, NOW, no_wait, guards).code)
     assert codes == ["DENY_PAUSED", "DENY_CONTRACT_HOLD", "DENY_INTERLOCK", "DENY_LEASED", "DENY_SENSOR"]
     assert decide(stale, DEVICE, False, [], HASH, NOW, Policy(), GUARDED).code == "DENY_SCOPE", "scope comes first"
-    held = decide(intent(), DEVICE, True, [], HASH, NOW, no_wait, replace(GUARDED, paused=False))
+    held = decide(intent(), DEVICE, True, [], HASH, NOW, no_wait, replace(GUARDED, paused=None))
     assert "a person must accept it" in held.message
 
 
@@ -326,10 +329,51 @@ def test_what_can_change_while_a_request_waits_is_checked_again_before_it_runs()
     assert run(approved, approvals=[approval()]).outcome == "execute"
     assert recheck(approved, DEVICE, True, NOW) is None
     assert recheck(approved, DEVICE, False, NOW).code == "DENY_SCOPE", "the grant was revoked meanwhile"
-    assert recheck(approved, DEVICE, True, NOW, Guards(paused=True)).code == "DENY_PAUSED"
+    assert recheck(replace(approved, requester=AGENT), DEVICE, True, NOW, Guards(paused=PAUSED)).code == "DENY_PAUSED"
     assert recheck(approved, replace(DEVICE, contract=None), True, NOW).code == "DEVICE_GONE"
     stale = replace(approved, based_on=(Observation("temperature", NOW_MS - 60_000),))
     assert recheck(stale, DEVICE, True, NOW) is None, "readings were judged when it was decided"
+
+
+def test_a_pause_stops_every_requester_that_is_not_a_person_and_says_who_why_since_when_and_how_to_resume() -> None:
+    paused = Guards(paused=PAUSED)
+    agent = intent(requester=AGENT)
+    denied = decide(agent, DEVICE, True, [], HASH, NOW, Policy(), paused)
+    assert (denied.outcome, denied.code) == ("final", "DENY_PAUSED")
+    assert denied.message == (
+        "Agents are paused in namespace home since 2026-11-30 11:58:00 UTC by alice: the basement is flooded. "
+        f"{AGENT} is not a person, so nothing was done. Nothing an agent asks for there runs until a person "
+        "resumes agents (corral agents resume -n home).")
+    # People keep control: a User, and a ServiceAccount of the people namespace (the policy's, not a default).
+    people = Policy(people=People(namespace="household"))
+    for person in ("alice", "system:serviceaccount:household:bob"):
+        assert decide(intent(requester=person), DEVICE, True, [], HASH, NOW, people, paused).outcome == "execute"
+    for program in (AGENT, "system:serviceaccount:corral-people:bob", "system:kube-controller-manager"):
+        assert decide(intent(requester=program), DEVICE, True, [], HASH, NOW, people, paused).code == "DENY_PAUSED"
+    # It is checked again right before anything runs, with the same notion of a person.
+    assert recheck(agent, DEVICE, True, NOW, paused).code == "DENY_PAUSED"
+    assert recheck(intent(requester="system:serviceaccount:household:bob"), DEVICE, True, NOW, paused, people) is None
+    # Resumed: the agent acts again. The overlay is paused too; a read changes nothing and is not.
+    assert decide(agent, DEVICE, True, [], HASH, NOW, Policy(), Guards()).outcome == "execute"
+    alias = intent(requester=AGENT, action="set_alias", actuator="alias", value="Front door")
+    assert decide(alias, DEVICE, True, [], HASH, NOW, Policy(), paused).code == "DENY_PAUSED"
+    read = intent(requester=AGENT, action="read", actuator="bolt", value=None)
+    assert decide(read, DEVICE, True, [], HASH, NOW, Policy(), paused).outcome == "execute"
+    # Without a time or a reason the sentence still reads.
+    bare = Guards(paused=Paused("home", "alice"))
+    assert decide(agent, DEVICE, True, [], HASH, NOW, Policy(), bare).message.startswith(
+        f"Agents are paused in namespace home by alice. {AGENT} is not a person")
+
+
+def test_a_pause_is_read_from_the_agentpause_object_leniently_and_fails_safe() -> None:
+    body = {"metadata": {"name": "agents", "namespace": "home"},
+            "spec": {"paused": True, "reason": "leak", "by": "alice", "since": "2026-11-30T11:58:00Z"}}
+    assert paused_of(body) == Paused("home", "alice", "leak", datetime(2026, 11, 30, 11, 58, tzinfo=UTC))
+    assert paused_of({**body, "spec": {**body["spec"], "paused": False}}) is None
+    assert paused_of(None) is None and paused_of({"metadata": {}, "spec": {}}) is None
+    # A field it cannot read does not lift a pause.
+    odd = paused_of({**body, "spec": {"paused": True, "since": "yesterday"}})
+    assert odd == Paused("home", "someone", "", None)
 
 
 def test_a_cited_reading_is_judged_by_when_the_controller_received_that_very_sample() -> None:

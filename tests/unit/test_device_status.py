@@ -173,3 +173,13 @@ def test_an_actuator_held_for_an_intent_gets_no_command_until_its_pin_counts() -
     held = plan(LIGHT, {"power": True, "brightness": 40}, {"power": False, "brightness": 10}, uid="u" * 12,
                 generation=4, epoch=0, drift="Enforce", held=frozenset({"power"}))
     assert [c.actuator for c in held.commands] == ["brightness"]
+
+
+def test_a_target_held_for_someone_elses_lease_is_said_and_the_condition_ends_with_the_lease() -> None:
+    held = device_status(observed(verdict=Verdict(True, "InSync", "ok"),
+                                  lease_held="Not driving spec.target.power=false: leased to agent-a"), None, T0)
+    assert conditions(held)["Leased"] == ("True", "TargetHeldForLease")
+    assert conditions(held)["InSync"] == ("False", "Leased") and held.in_sync is False
+    ended = device_status(observed(), held, T0 + timedelta(seconds=5))
+    assert conditions(ended)["Leased"] == ("False", "LeaseEnded") and ended.in_sync is True
+    assert "Leased" not in conditions(device_status(observed(), None, T0))  # never leased: no such condition

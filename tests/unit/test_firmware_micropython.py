@@ -3,7 +3,7 @@
 The official MicroPython WebAssembly port (npm: @micropython/micropython-webassembly-pyscript,
 pinned in firmware/package.json and installed by scripts/bootstrap with `npm ci`)
 runs under Node. It imports every core module and runs every test of
-test_firmware_core.py, the same file pytest runs on CPython.
+test_firmware_core.py and test_firmware_failsafe.py, the same files pytest runs on CPython.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit import test_firmware_core
+from tests.unit import test_firmware_core, test_firmware_failsafe
 
 REPO = Path(__file__).resolve().parents[2]
 FIRMWARE = REPO / "firmware"
@@ -65,5 +65,18 @@ def test_the_core_tests_pass_on_micropython() -> None:
     assert not failed, output
     passed = {line.split()[1] for line in lines if line.startswith("PASS ")}
     expected = {name for name in dir(test_firmware_core) if name.startswith("test_")}
+    assert passed == expected, f"ran on MicroPython: {sorted(passed)}; in the file: {sorted(expected)}"
+    assert result.returncode == 0, output
+
+
+def test_the_failsafe_tests_pass_on_micropython() -> None:
+    """The heartbeat countdown and the failsafe (test_firmware_failsafe.py), on the interpreter boards run."""
+    result = run_micropython("--tests", str(REPO / "tests" / "unit" / "test_firmware_failsafe.py"))
+    output = result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and lines[0].startswith("IMPLEMENTATION micropython"), output
+    assert not [line for line in lines if line.startswith("FAIL ")], output
+    passed = {line.split()[1] for line in lines if line.startswith("PASS ")}
+    expected = {name for name in dir(test_firmware_failsafe) if name.startswith("test_")}
     assert passed == expected, f"ran on MicroPython: {sorted(passed)}; in the file: {sorted(expected)}"
     assert result.returncode == 0, output

@@ -224,3 +224,20 @@ def test_overlay_text_never_reaches_a_tool_definition_even_with_device_tools() -
     assert len(definitions) > 8
     assert all("Ignore previous" not in json.dumps(d) for d in definitions)
     assert device.detail(datetime(2026, 11, 30, 12, tzinfo=UTC))["alias"] == injection, "it stays data"
+
+
+def test_agents_paused_is_said_in_the_instructions_and_to_agents_and_people_apart() -> None:
+    from corral.api.pause import Paused
+    from corral.gateway.server import instructions, paused_text
+
+    pauses = [Paused("home", "alice", "leak in the basement"), Paused("shed", "bob")]
+    to_agent = paused_text(pauses, person=False)
+    assert to_agent == (
+        "Agents are paused in namespace home by alice: leak in the basement. Nothing an agent asks for there runs "
+        "until a person resumes agents (corral agents resume -n home). Agents are paused in namespace shed by bob. "
+        "Nothing an agent asks for there runs until a person resumes agents (corral agents resume -n shed). Tell the "
+        "user; requests to act there are refused (DENY_PAUSED) until then.")
+    assert paused_text(pauses[:1], person=True).endswith("You are a person: your own requests still run.")
+    text = instructions(["home"], None, to_agent)
+    assert text.endswith(to_agent) and "namespace(s) home (corral mcp -n NAMESPACE). Agents are paused" in text
+    assert instructions(["home"]) == instructions(["home"], None, None)

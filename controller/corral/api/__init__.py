@@ -7,7 +7,8 @@ from corral.api.device import Device
 from corral.api.grant import ApprovalGrant
 from corral.api.intent import Intent
 from corral.api.interlock import Interlock
+from corral.api.pause import AgentPause
 
-KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant)
+KINDS = (Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant, AgentPause)
 
-__all__ = ["KINDS", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock"]
+__all__ = ["KINDS", "AgentPause", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock"]

@@ -12,7 +12,7 @@ from corral.api.codes import DecisionCode, Phase
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
 
-Level = Literal["read", "listen", "write", "config", "annotate"]
+Level = Literal["read", "listen", "write", "config", "annotate", "approve"]
 
 # The overlay (what people call a device, where it is, notes) is set by Intents too, with a verb of its own:
 # `annotate` on devices grants the overlay and nothing else, so no agent needs `patch` (which would also
@@ -21,13 +21,21 @@ OVERLAY_ACTIONS: Final[dict[str, str]] = {"set_alias": "alias", "set_note": "not
 OVERLAY_LIMITS: Final[dict[str, int]] = {"alias": 64, "location": 64, "notes": 512}
 OVERLAY_VERB: Final = "annotate"
 
+# Exclusive control of a Device (a lease) is taken, given back and broken by Intents too, so that it passes the
+# same pipeline, RBAC and audit as everything else; only the controller writes the Lease objects. Their actuator
+# is `lease`; acquire's params.value, if given, is the idle TTL in seconds.
+LEASE_ACTIONS: Final = ("acquire", "release", "break")
+LEASE_ACTUATOR: Final = "lease"
+NO_PARAMS_ACTIONS: Final = ("read", "acquire", "release", "break")
+HOLDER_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
 # Every action kind of the contract allow-list, plus `read` (a fresh read of one actuator or sensor, answered
 # from the device without changing any target) and the overlay actions. Built from the allow-list, so it
 # cannot drift from it; type checkers see a str, pydantic (and the CRD schema) the exact list.
 if TYPE_CHECKING:
     IntentAction = str
 else:
-    IntentAction = Literal[(*get_args(ActionKind), "read", *OVERLAY_ACTIONS)]
+    IntentAction = Literal[(*get_args(ActionKind), "read", *OVERLAY_ACTIONS, *LEASE_ACTIONS)]
 
 # For a dry run: what the Intent would do, had it been a real one.
 WouldDo = Literal["execute", "await_approval", "await_hold", "final"]
@@ -55,8 +63,8 @@ class IntentSpec(KubeModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "self.action == 'read' || has(self.params)",
-                 "message": "params.value is required: every action but read sets a target value"}
+                {"rule": "self.action in ['read', 'acquire', 'release', 'break'] || has(self.params)",
+                 "message": "params.value is required: every action but read and the lease actions sets a target value"}
             ]
         }
     )
@@ -88,6 +96,11 @@ class IntentSpec(KubeModel):
         description="Sensor readings the request relies on: each must be a sample the controller received (its ts), "
                     "received recently enough.",
     )
+    holder_id: Annotated[str, Field(pattern=HOLDER_ID_PATTERN, max_length=128)] | None = Field(
+        default=None,
+        description="Which of the requester's clients asks (an MCP session id, a loop's name): a lease is held by the "
+                    "requester and this id together, so two loops under one identity do not share one by accident.",
+    )
     dry_run: bool = Field(
         default=False,
         description="Run every check and record the outcome it would have, executing nothing. Immutable like the "
@@ -96,8 +109,16 @@ class IntentSpec(KubeModel):
 
     @model_validator(mode="after")
     def _params_unless_read(self) -> IntentSpec:
-        if self.action != "read" and self.params is None:
-            raise ValueError("params.value is required: every action but read sets a target value")
+        if self.action not in NO_PARAMS_ACTIONS and self.params is None:
+            raise ValueError("params.value is required: every action but read and the lease actions sets a target value")
+        if self.action in LEASE_ACTIONS:
+            if self.actuator != LEASE_ACTUATOR:
+                raise ValueError(f"action {self.action} acts on the Device's lease: actuator must be {LEASE_ACTUATOR!r}")
+            ttl = self.params.value if self.params is not None else None
+            if self.action == "acquire" and ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int)
+                                                                 or ttl < 1):
+                raise ValueError("acquire takes params.value = the lease's idle TTL in whole seconds (1 or more), "
+                                 "or no params for the default")
         field = OVERLAY_ACTIONS.get(self.action)
         if field is not None:
             if self.actuator != field:

@@ -12,6 +12,9 @@ their own Intent) the controller enforces.
 Accepting a Device's changed contract (`spec.acceptCapability`) trusts the device with more than before,
 so it needs the same right as approving one of its actions: the `approve` verb on that Device. Whoever
 may patch Devices (a person's `kubectl apply`) may not accept a contract with it unless they may approve.
+
+`AgentPause.spec.by` is the username of whoever writes it, on every create and update: who paused or
+resumed agents is on the object, and cannot be claimed for someone else.
 """
 
 from __future__ import annotations
@@ -121,10 +124,20 @@ def _accept_contract_policy(name: str) -> list[dict[str, Any]]:
     return _policy(name, "devices", [(f"{accepted} == {before} || {may_approve}", message)])
 
 
+def _pause_policy(name: str) -> list[dict[str, Any]]:
+    """Whoever pauses or resumes agents is named by the API server: spec.by is the writer's username on every
+    create and update (a pause is rewritten by each person who resumes or pauses again)."""
+    rule = "object.spec.by == request.userInfo.username"
+    message = ("'spec.by must be your own username: you are \"' + request.userInfo.username + '\" but the AgentPause "
+               "says \"' + object.spec.by + '\". Pause and resume with corral agents pause/resume, which fill it in.'")
+    return _policy(name, "agentpauses", [(rule, message)])
+
+
 def admission_policies() -> list[dict[str, Any]]:
     return [
         *_policy("corral-intent-requester", "intents", [*_identity_rules("Intent", "requester", "An"), _cancel_rule()]),
         *_identity_policy("corral-approval-approver", "approvals", "Approval", "approver", "An"),
         *_identity_policy("corral-grant-grantor", "approvalgrants", "ApprovalGrant", "grantor", "An"),
         *_accept_contract_policy("corral-device-accept-contract"),
+        *_pause_policy("corral-agents-pause-by"),
     ]

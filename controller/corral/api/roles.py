@@ -23,6 +23,8 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         _rule(GROUP, ["intents"], ["get", "list", "watch"]),
         # The rules that may deny them: agents see them (iot.query lists them per device), never change them.
         _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
+        # The kill switch: agents (and the gateway, as them) see that they are paused and why.
+        _rule(GROUP, ["agentpauses"], ["get", "list", "watch"]),
         # Samples through the API server (APIService readings.corral.dev): the API server wants `get` on the
         # aggregated resource before it passes a request on; the controller then asks for `listen`.
         _rule(READINGS_GROUP, ["devices"], ["get"]),
@@ -35,6 +37,7 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         # and the spec is immutable).
         _rule(GROUP, ["intents"], ["get", "list", "watch", "create", "patch"]),
         _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
+        _rule(GROUP, ["agentpauses"], ["get", "list", "watch"]),
         _rule(READINGS_GROUP, ["devices"], ["get"]),
     ],
     "approver": [
@@ -45,6 +48,8 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         _rule(GROUP, ["approvalgrants"], ["get", "list", "watch", "create", "delete"]),
         # People keep the safety rules: whoever may approve actions on devices may also forbid them.
         _rule(GROUP, ["interlocks"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+        # The agents kill switch (corral agents pause/resume): people stop every agent at once.
+        _rule(GROUP, ["agentpauses"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
         _rule("events.k8s.io", ["events"], ["list"]),
     ],
     # Capabilities are device-type contracts (cluster-scoped, not secret); agents need them to see actions.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from corral import __version__
+from corral.cli.agents import agents
 from corral.cli.audit import audit
 from corral.cli.broker import broker
 from corral.cli.console import console
@@ -14,6 +15,7 @@ from corral.cli.dev import dev
 from corral.cli.devices import devices
 from corral.cli.grants import grants
 from corral.cli.intents import approve, deny, intents
+from corral.cli.lease import lease
 from corral.cli.mcp import mcp, tools
 from corral.cli.people import people
 from corral.cli.readings import readings
@@ -27,6 +29,7 @@ def cli() -> None:
     """Corral: let AI agents operate physical devices safely."""
 
 
+cli.add_command(agents)
 cli.add_command(audit)
 cli.add_command(broker)
 cli.add_command(console)
@@ -36,6 +39,7 @@ cli.add_command(dev)
 cli.add_command(devices)
 cli.add_command(grants)
 cli.add_command(intents)
+cli.add_command(lease)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(mcp)

@@ -11,12 +11,13 @@ from typing import Any
 import click
 import kubernetes
 
-from corral.api.codes import GATEWAY_AUDIENCE
+from corral.api.codes import GATEWAY_AUDIENCE, PEOPLE_NAMESPACE
 from corral.audit.component import AuditSettings, open_audit
 from corral.audit.keys import AuditKeyError
 from corral.audit.log import InUse
 from corral.cli.obsopts import observability_options
 from corral.client.errors import api_message
+from corral.decide.approvals import people_of
 from corral.gateway.identity import Caller, kubeconfig_configuration
 from corral.gateway.view import CallerView, Capabilities
 
@@ -66,6 +67,11 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
                    "extension and URL-mode elicitation is offered URL/intents/NAMESPACE/NAME while a person must "
                    "approve.")
 @click.option("--device-tools", is_flag=True, help="Also publish one tool per device actuator, {device}.{actuator}.{action}.")
+@click.option("--people-namespace", default=PEOPLE_NAMESPACE, show_default=True, metavar="NS",
+              help="As corral run's: ServiceAccounts in this namespace are people, whom a pause of agents does not "
+                   "stop; the gateway refuses others' control calls up front while agents are paused.")
+@click.option("--approver-service-account", "approver_service_accounts", multiple=True, metavar="NS/NAME",
+              help="As corral run's: a ServiceAccount outside --people-namespace that counts as a person (repeatable).")
 @click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
               help="Seconds iot.control waits for an outcome before answering PENDING.")
 @click.option("--rate-limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
@@ -88,7 +94,9 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...], host: str,
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None, audience: str,
-        readings_url: str | None, readings_ca: str | None, console_url: str | None, device_tools: bool, wait_s: float, rate_limit: str, update_interval: float, access_refresh: float,
+        readings_url: str | None, readings_ca: str | None, console_url: str | None, device_tools: bool,
+        people_namespace: str, approver_service_accounts: tuple[str, ...], wait_s: float, rate_limit: str,
+        update_interval: float, access_refresh: float,
         audit_dir: str | None, audit_key: str | None, no_create_audit_key: bool, audit_checkpoint: str | None,
         audit_checkpoint_interval: float, verbose: bool) -> None:
     """Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."""
@@ -98,6 +106,10 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
     served = list(namespaces) or [default_namespace]
     options: dict[str, Any] = {"device_tools_on": device_tools, "min_interval_s": update_interval,
                                "access_refresh_s": access_refresh}
+    try:
+        options["people"] = people_of(people_namespace, approver_service_accounts)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--approver-service-account") from None
     if readings_ca and not readings_url:
         raise click.UsageError("--readings-ca needs --readings-url")
     from corral.gateway.tasks import valid_console_url

@@ -17,7 +17,7 @@ from corral.api.codes import PEOPLE_NAMESPACE
 from corral.audit.signer import Retention
 from corral.cli.obsopts import observability_options
 from corral.contract.trust import RiskFloors
-from corral.decide.approvals import SERVICE_ACCOUNT_PREFIX, People
+from corral.decide.approvals import People, people_of
 from corral.decide.decision import Policy
 from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
@@ -50,6 +50,12 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Only watch Devices in these namespaces (repeatable); default: all namespaces.")
 @click.option("--topic-prefix", default="iot", show_default=True, help="MQTT topic prefix.")
 @click.option("--command-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for an ack.")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0.1, max=600), default=2.0, show_default=True,
+              help="Seconds between heartbeats on PREFIX/_corral/heartbeat, which device failsafes count from; "
+                   "keep it well below the shortest failsafe delay.")
+@click.option("--redrive-max-age", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+              help="After a device failsafe, targets set longer ago than this many seconds are not driven again "
+                   "by themselves (condition Failsafe, reason TargetTooOld): a person re-applies them.")
 @click.option("--status-interval", type=float, default=10.0, show_default=True,
               help="At most one sensor status write per device per this many seconds.")
 @click.option("--deadband", "deadbands", multiple=True, metavar="METRIC=VALUE",
@@ -137,6 +143,8 @@ def run(
     watch_namespaces: tuple[str, ...],
     topic_prefix: str,
     command_timeout: float,
+    heartbeat_interval: float,
+    redrive_max_age: float,
     status_interval: float,
     deadbands: tuple[str, ...],
     approvals: tuple[str, ...],
@@ -202,6 +210,8 @@ def run(
         capability_grace_s=capability_grace,
         watch_namespaces=watch_namespaces,
         command_timeout_s=command_timeout,
+        heartbeat_interval_s=heartbeat_interval,
+        redrive_max_age_s=redrive_max_age,
         coalescing=Coalescing(interval_s=status_interval, deadbands=_parse_deadbands(deadbands)),
         require_signatures=require_signatures,
         signing_keys_secret=signing_keys,
@@ -247,14 +257,10 @@ def run(
 
 
 def _people(namespace: str, service_accounts: tuple[str, ...]) -> People:
-    also = set()
-    for item in service_accounts:
-        ns, _, name = item.partition("/")
-        if not ns or not name or "/" in name:
-            raise click.BadParameter(f"{item!r}: use NAMESPACE/NAME of a ServiceAccount",
-                                     param_hint="--approver-service-account")
-        also.add(f"{SERVICE_ACCOUNT_PREFIX}{ns}:{name}")
-    return People(namespace=namespace, also=frozenset(also))
+    try:
+        return people_of(namespace, service_accounts)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--approver-service-account") from None
 
 
 def _notifications(path: str | None) -> NotifySettings | None:

@@ -6,8 +6,9 @@ Routes:
   GET  /api/session                 who is signed in, and the CSRF token for the next POST
   POST /api/session                 sign in: `token` (form field or JSON), checked with a SelfSubjectReview
   POST /api/signout                 sign out: the server forgets the token
-  GET  /api/intents                 what waits for the person (polled by the page every 2 s)
-  GET  /api/intents/NS/NAME         one Intent, waiting or decided (its outcome)
+  GET  /api/intents                 what waits for the person (polled by the page every 2 s), and where agents
+                                    are paused (`paused`: the page's banner)
+  GET  /api/intents/NS/NAME         one Intent, waiting or decided (its outcome), and whether agents are paused there
   POST /api/intents/NS/NAME/decision  `decision` Approve|Deny, `reason`, `uid`: an Approval in the person's name
   GET  /healthz
 
@@ -39,7 +40,7 @@ from corral.client.intents import decide_on_async
 from corral.console.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, cross_site_refusal, origin_of
 from corral.console.people import Person, SignInRefused, clean_token, review
 from corral.console.sessions import Session, SessionStore
-from corral.console.waiting import intent_view, waiting_devices, waiting_for
+from corral.console.waiting import intent_view, paused_notices, waiting_devices, waiting_for
 
 log = logging.getLogger(__name__)
 # A call with the person's token that failed: refused by the API server, or it could not be reached.
@@ -182,11 +183,13 @@ class Console:
             keys = waiting_devices(intents)
             approvable = await person.approvable(keys)
             devices = await person.devices(approvable)
+            switches = await person.switches(self.settings.namespaces)
         except API_FAILURES as err:
             return await self._failed(request, session, err)
         views = waiting_for(intents, devices, approvable, datetime.now(UTC))
         return _json({"items": [v.as_json() for v in views], "problems": problems,
-                      "namespaces": self.settings.namespaces, "username": session.username})
+                      "namespaces": self.settings.namespaces, "username": session.username,
+                      "paused": paused_notices(switches, self.settings.namespaces)})
 
     async def show_intent(self, request: web.Request) -> web.StreamResponse:
         session, person = self._signed_in_or_401(request)
@@ -196,10 +199,11 @@ class Console:
             key = (namespace, str(intent["spec"].get("device") or ""))
             may = await person.may_approve(key)
             device = await person.device(key)
+            switches = await person.switches([namespace])
         except API_FAILURES as err:
             return await self._failed(request, session, err, (namespace, name))
         return _json({"intent": intent_view(intent, device, may, datetime.now(UTC)).as_json(),
-                      "username": session.username})
+                      "username": session.username, "paused": paused_notices(switches, [namespace])})
 
     async def decide(self, request: web.Request) -> web.StreamResponse:
         session, person = self._signed_in_or_401(request)

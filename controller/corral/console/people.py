@@ -17,6 +17,7 @@ import aiohttp
 import kubernetes
 
 from corral.api.codes import GROUP, VERSION
+from corral.api.pause import PAUSE_NAME
 from corral.client.asyncapi import ApiError, AsyncApi, path_of
 from corral.client.intents import Identity
 from corral.console.waiting import DeviceKey
@@ -100,6 +101,24 @@ class Person:
         keys = list(keys)
         found = await asyncio.gather(*(self.device(k) for k in keys))
         return dict(zip(keys, found, strict=True))
+
+    async def switches(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
+        """The AgentPauses (agents kill switch) of these namespaces (None: every namespace) that the person may
+        read; none where they may not."""
+        async def one(path: str) -> list[dict[str, Any]]:
+            try:
+                found = await self.api.request("GET", path)
+            except ApiError as err:
+                if err.status in (403, 404):
+                    return []
+                raise
+            return list(found.get("items") or []) if "items" in found else [found]
+
+        if namespaces is None:
+            return await one(path_of(GROUP, VERSION, "agentpauses"))
+        results = await asyncio.gather(*(one(path_of(GROUP, VERSION, "agentpauses", ns, PAUSE_NAME))
+                                         for ns in namespaces))
+        return [body for bodies in results for body in bodies]
 
     async def intent(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.api.request("GET", path_of(GROUP, VERSION, "intents", namespace, name))

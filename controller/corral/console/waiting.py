@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from corral.api.pause import paused_of
 from corral.client.intents import outcome_code
 
 WAITING: Final = "AwaitingApproval"
@@ -153,6 +154,18 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
         waiting=waiting,
         may_approve=waiting and may_approve,
     )
+
+
+def paused_notices(switches: Iterable[Mapping[str, Any]], served: Collection[str] | None) -> list[dict[str, str]]:
+    """The page's banner: one sentence for each namespace it serves where agents are paused (their AgentPauses as
+    the person reads them), in namespace order."""
+    notices = []
+    for body in switches:
+        paused = paused_of(body)
+        if paused is not None and (served is None or paused.namespace in served):
+            notices.append({"namespace": paused.namespace, "by": paused.by, "reason": paused.reason,
+                            "message": f"{paused.sentence()} {paused.resume_hint()} Your own requests still run."})
+    return sorted(notices, key=lambda n: n["namespace"])
 
 
 def waiting_devices(intents: Iterable[Mapping[str, Any]]) -> set[DeviceKey]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from corral.contract.allowlist import ACTION_TYPES, ActionKind, ValueType
 from corral.contract.text import safe_or_keep
@@ -69,6 +69,22 @@ class Sensor(_Frozen):
     description: Description = Field(default="", description="What the sensor measures, for people and agents.")
 
 
+FAILSAFE_MIN_DELAY_S = 1.0
+FAILSAFE_MAX_DELAY_S = 86400.0
+
+
+class Failsafe(_Frozen):
+    """What the firmware does by itself when it stops hearing the controller's heartbeat (docs/protocol.md)."""
+
+    value: Annotated[bool | int | float | str, WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True})] = Field(
+        description="The value the actuator moves to: a valid value of the actuator, exactly (not clamped)."
+    )
+    delay_s: float = Field(
+        ge=FAILSAFE_MIN_DELAY_S, le=FAILSAFE_MAX_DELAY_S,
+        description="Seconds without a heartbeat, counted from the last one heard, before the value is applied.",
+    )
+
+
 class Actuator(_Frozen):
     """One thing the device can be told to do, always as a target state."""
 
@@ -85,6 +101,10 @@ class Actuator(_Frozen):
     risk: Risk = Field(description="How much harm a wrong value can do; policy maps risk to required approvals.")
     level: ActuatorLevel = Field(description="Permission level needed to act: the RBAC verb on the Device.")
     description: Description = Field(default="", description="What the actuator does, for people and agents.")
+    failsafe: Failsafe | None = Field(
+        default=None,
+        description="The value the firmware moves this actuator to once it has not heard the controller for a while.",
+    )
 
     @model_validator(mode="after")
     def _shape_fits_type(self) -> Actuator:
@@ -109,7 +129,22 @@ class Actuator(_Frozen):
             raise ValueError(f"actuator {self.id!r}: 'step' is only for type number")
         if self.type == "counter" and self.range is not None and self.range.min < 0:
             raise ValueError(f"actuator {self.id!r}: a counter cannot go below 0")
+        if self.failsafe is not None:
+            self._failsafe_fits()
         return self
+
+    def _failsafe_fits(self) -> None:
+        # The firmware checks the same (corral_fw.actuators.failsafe_of): a failsafe is a plain target value.
+        if self.type == "counter" or self.action == "set_version":
+            raise ValueError(f"actuator {self.id!r}: a {self.action} actuator cannot have a failsafe "
+                             "(a failsafe never runs a momentary action or installs firmware)")
+        from corral.contract.values import InvalidValue, check  # values imports this module
+
+        assert self.failsafe is not None
+        try:
+            check(self, self.failsafe.value)
+        except InvalidValue as err:
+            raise ValueError(f"actuator {self.id!r}: failsafe value: {err}") from None
 
 
 class EventSpec(_Frozen):

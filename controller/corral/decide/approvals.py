@@ -14,7 +14,7 @@ approve its own requests), unless named one by one. Kubernetes' own `system:` id
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -46,6 +46,18 @@ class People:
 
 
 DEFAULT_PEOPLE = People()
+
+
+def people_of(namespace: str, service_accounts: Iterable[str]) -> People:
+    """People as the command line names them (`corral run`, `corral mcp`): the people namespace, and the
+    ServiceAccounts (NAMESPACE/NAME) that count as people too; ValueError names one that is not NAMESPACE/NAME."""
+    also = set()
+    for item in service_accounts:
+        ns, _, name = item.partition("/")
+        if not ns or not name or "/" in name:
+            raise ValueError(f"{item!r}: use NAMESPACE/NAME of a ServiceAccount")
+        also.add(f"{SERVICE_ACCOUNT_PREFIX}{ns}:{name}")
+    return People(namespace=namespace, also=frozenset(also))
 
 
 @dataclass(frozen=True)

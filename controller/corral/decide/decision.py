@@ -24,7 +24,8 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from corral.api.codes import DecisionCode
-from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, OVERLAY_VERB
+from corral.api.intent import LEASE_ACTIONS, LEASE_ACTUATOR, OVERLAY_ACTIONS, OVERLAY_LIMITS, OVERLAY_VERB
+from corral.api.pause import Paused
 from corral.contract.model import Actuator, Contract, Risk
 from corral.contract.text import bounded
 from corral.contract.values import InvalidValue, Value, check
@@ -49,6 +50,9 @@ class Policy:
     hold_window: timedelta = timedelta(minutes=5)
     # Who may approve (and grant): people, as the chart designates them.
     people: People = field(default_factory=People)
+    # A lease's idle TTL when the request names none, and the longest one may ask for.
+    lease_ttl: timedelta = timedelta(minutes=5)
+    lease_max_ttl: timedelta = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class IntentFacts:
     created_at: datetime
     based_on: tuple[Observation, ...] = ()
     cancelled: str | None = None  # the requester's reason, once they withdrew it
+    holder_id: str | None = None  # which of the requester's clients asks (a lease is held by both together)
 
 
 @dataclass(frozen=True)
@@ -118,11 +123,30 @@ class InterlockVerdict:
 
 @dataclass(frozen=True)
 class Lease:
-    """Exclusive control of the device, held by someone until it expires."""
+    """Exclusive control of the device, held by someone (a username and a holder id) until it expires."""
 
     holder: str
     expires_at: datetime
     reason: str = ""
+    holder_id: str | None = None
+
+    def held_by(self, intent: IntentFacts) -> bool:
+        return self.holder == intent.requester and self.holder_id == intent.holder_id
+
+    def who(self) -> str:
+        return self.holder + (f" (holder {self.holder_id})" if self.holder_id else "")
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A lease a person broke: its holder's next calls are told so, until it would have expired."""
+
+    holder: str
+    holder_id: str | None
+    by: str
+    reason: str
+    at: datetime
+    until: datetime
 
 
 @dataclass(frozen=True)
@@ -132,10 +156,11 @@ class Guards:
     Defaults mean "nothing in the way": not paused, not held, no interlock, no lease.
     """
 
-    paused: bool = False
+    paused: Paused | None = None  # agents are paused in the Intent's namespace (people's Intents still run)
     hold: str | None = None  # why the device's changed contract holds it, until a person accepts it
     interlocks: tuple[InterlockVerdict, ...] = ()
     lease: Lease | None = None
+    broken: Broken | None = None  # the device's last lease, broken by a person
 
 
 @dataclass(frozen=True)
@@ -214,6 +239,8 @@ def decide(
         return _run(case, READ_PIPELINE)
     if intent.action in OVERLAY_ACTIONS:
         return _run(case, OVERLAY_PIPELINE)
+    if intent.action in LEASE_ACTIONS:
+        return _run(case, LEASE_PIPELINE)
     return _run(case, PIPELINE)
 
 
@@ -223,9 +250,11 @@ def recheck(
     requester_may: bool,
     now: datetime,
     guards: Guards = Guards(),
+    policy: Policy = Policy(),
 ) -> Decision | None:
-    """The checks whose facts may have changed since the decision, right before executing; None: go ahead."""
-    case = Case(intent, device, requester_may, (), "", now, Policy(), guards)
+    """The checks whose facts may have changed since the decision, right before executing; None: go ahead.
+    `policy` says who is a person (whom a pause does not stop)."""
+    case = Case(intent, device, requester_may, (), "", now, policy, guards)
     working = _Working()
     for step in PIPELINE:
         if step.name in RESOLVING or step.name in RECHECKED:
@@ -251,7 +280,14 @@ def _run(case: Case, pipeline: tuple[Check, ...]) -> Decision:
 
 
 def _level_of(action: str) -> str:
+    if action in LEASE_ACTIONS:
+        return lease_verb(action)
     return OVERLAY_VERB if action in OVERLAY_ACTIONS else "read"
+
+
+def lease_verb(action: str) -> str:
+    """The RBAC verb a lease action needs: taking or giving back control is a write; breaking another's, approve."""
+    return "approve" if action == "break" else "write"
 
 
 # ---- the checks, in pipeline order --------------------------------------------------------------------------
@@ -308,10 +344,13 @@ def _rbac_verb(case: Case, working: _Working) -> Decision | None:
 
 
 def _agents_paused(case: Case, working: _Working) -> Decision | None:
-    if not case.guards.paused:
+    """The kill switch stops every requester that is not a person; people keep control of their devices."""
+    paused, requester = case.guards.paused, case.intent.requester
+    # Giving control back is never stopped: a paused agent may still release the lease it holds.
+    if paused is None or case.policy.people.includes(requester) or case.intent.action == "release":
         return None
-    return _final("DENY_PAUSED", "Agents are paused: nothing runs until a person resumes them "
-                                 "(corral agents resume).", working)
+    return _final("DENY_PAUSED", f"{paused.sentence()} {requester} is not a person, so nothing was done. "
+                                 f"{paused.resume_hint()}", working)
 
 
 def _contract_hold(case: Case, working: _Working) -> Decision | None:
@@ -337,12 +376,23 @@ def _interlocks(case: Case, working: _Working) -> Decision | None:
 
 
 def _lease(case: Case, working: _Working) -> Decision | None:
-    lease = case.guards.lease
-    if lease is None or lease.expires_at <= case.now or lease.holder == case.intent.requester:
+    found = _leased_to_another(case)
+    return None if found is None else _final("DENY_LEASED", found, working)
+
+
+def _leased_to_another(case: Case) -> str | None:
+    """Why the device is not the requester's to act on now (another holds its lease, or a person broke theirs)."""
+    intent, lease, broken = case.intent, case.guards.lease, case.guards.broken
+    if (broken is not None and broken.until > case.now and broken.holder == intent.requester
+            and broken.holder_id == intent.holder_id and intent.action != "acquire"):
+        why = f": {broken.reason}" if broken.reason else ""
+        return (f"Your lease of Device {intent.device} was broken by {broken.by} at {broken.at:%H:%M:%S} UTC{why}. "
+                "Nothing was done; a person has taken over. Acquire it again only if they agree.")
+    if lease is None or lease.expires_at <= case.now or lease.held_by(intent):
         return None
     why = f" ({lease.reason})" if lease.reason else ""
-    return _final("DENY_LEASED", f"Device {case.intent.device} is leased to {lease.holder}{why} until "
-                                 f"{lease.expires_at:%H:%M:%S} UTC.", working)
+    return (f"Device {intent.device} is leased to {lease.who()}{why} until {lease.expires_at:%H:%M:%S} UTC unless "
+            "renewed; only its holder acts on it, or a person with approve breaks the lease (corral lease break).")
 
 
 def _cited_readings(case: Case, working: _Working) -> Decision | None:
@@ -475,6 +525,56 @@ OVERLAY_PIPELINE: tuple[Check, ...] = (
     Check("arguments", _overlay_text),
     Check("RBAC verb", _may_annotate),
     Check("agents paused", _fixed(_agents_paused, "low", OVERLAY_VERB)),
+)
+# A lease is taken, given back or broken on the Device object alone: the device itself is not involved.
+def _lease_arguments(case: Case, working: _Working) -> Decision | None:
+    intent, policy = case.intent, case.policy
+    level = lease_verb(intent.action)
+    if intent.actuator != LEASE_ACTUATOR:
+        return _final("DENY_ARGUMENTS", f"{intent.action} acts on the lease: actuator must be {LEASE_ACTUATOR!r}.",
+                      "low", level)
+    if intent.action != "acquire":
+        return None
+    ttl = intent.value if intent.value is not None else int(policy.lease_ttl.total_seconds())
+    longest = int(policy.lease_max_ttl.total_seconds())
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= longest:
+        return _final("DENY_ARGUMENTS", f"A lease's idle TTL is 1 to {longest} whole seconds, not {ttl!r}.", "low",
+                      level)
+    working.value = ttl
+    return None
+
+
+def _may_lease(case: Case, _: _Working) -> Decision | None:
+    if case.requester_may:
+        return None
+    intent, verb = case.intent, lease_verb(case.intent.action)
+    what = {"acquire": "take exclusive control of", "release": "give back", "break": "break the lease of"}[intent.action]
+    return _final("DENY_SCOPE", f"{intent.requester} may not {what} device {intent.device}: it needs the '{verb}' "
+                                f"verb on devices/{intent.device} (corral.dev).", "low", verb)
+
+
+def _lease_action(case: Case, working: _Working) -> Decision | None:
+    intent, lease = case.intent, case.guards.lease
+    level = lease_verb(intent.action)
+    current = lease if lease is not None and lease.expires_at > case.now else None
+    if intent.action == "break":
+        if current is None:
+            return _final("EXECUTED", f"Device {intent.device} has no lease; nothing to break.", "low", level)
+        return None
+    if current is not None and not current.held_by(intent):
+        return _final("DENY_LEASED", _leased_to_another(case) or "", "low", level)
+    if intent.action == "release" and current is None:
+        return _final("EXECUTED", f"Device {intent.device} has no lease of yours; nothing to release.", "low", level)
+    return None
+
+
+LEASE_PIPELINE: tuple[Check, ...] = (
+    Check("withdrawn", _withdrawn),
+    Check("device known", _device_present),
+    Check("arguments", _lease_arguments),
+    Check("RBAC verb", _may_lease),
+    Check("agents paused", _fixed(_agents_paused, "low", "write")),
+    Check("lease", _lease_action),
 )
 # Checks that only establish what is asked (they cannot change after the request), and the ones whose facts
 # can change while a request waits for a human.

@@ -3,6 +3,11 @@
 paho-mqtt runs its network loop in its own thread. Every callback crosses into
 the asyncio loop with `call_soon_threadsafe`, so nothing here blocks kopf's
 event loop and no handler code ever runs on paho's thread.
+
+With a `Heartbeat` (devices.heartbeat) the link also keeps the failsafe's clock going: a retained Will
+`gone`, a retained `alive` and a first beat on every connect (from paho's thread, right after subscribing,
+so they go out before any command), a beat every interval from a task on the loop, and a retained `gone`
+before a clean stop.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from corral.devices.heartbeat import Heartbeat
 from corral.devices.topics import Topics
 from corral.obs import metrics
 
@@ -87,6 +93,7 @@ class MqttLink:
         client_id: str | None = None,
         extra_subscriptions: tuple[str, ...] = (),
         tls: TlsFiles | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.address = BrokerAddress.parse(url)
         self.topics = topics
@@ -102,6 +109,8 @@ class MqttLink:
         self.reconnects = 0
         self._ever_connected = False
         self._restart_task: asyncio.Future[None] | None = None
+        self.heartbeat = heartbeat
+        self._beating: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Begin connecting in the background; the link keeps retrying until stop()."""
@@ -109,17 +118,38 @@ class MqttLink:
         self._client = self._new_client()
         self._client.connect_async(self.address.host, self.address.port, keepalive=30)
         self._client.loop_start()
+        if self.heartbeat is not None:
+            self._beating = asyncio.create_task(self._beat_forever(self.heartbeat), name="corral-heartbeat")
 
     async def stop(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+            self._beating = None
         if self._client is not None:
             client, self._client = self._client, None
-            await asyncio.to_thread(self._shutdown, client)
+            await asyncio.to_thread(self._shutdown, client, self.heartbeat)
         self.connected.clear()
 
     @staticmethod
-    def _shutdown(client: mqtt.Client) -> None:
+    def _shutdown(client: mqtt.Client, heartbeat: Heartbeat | None) -> None:
+        if heartbeat is not None and client.is_connected():
+            # A clean DISCONNECT discards the Will: say `gone` ourselves, so devices know why beats stop.
+            sent = client.publish(heartbeat.topic, heartbeat.farewell(), qos=1, retain=True)
+            try:
+                sent.wait_for_publish(timeout=2.0)
+            except (RuntimeError, ValueError):
+                log.warning("could not publish the heartbeat's farewell before disconnecting")
         client.disconnect()
         client.loop_stop()
+
+    async def _beat_forever(self, heartbeat: Heartbeat) -> None:
+        """A beat every interval while connected (paho's publish only queues: this never blocks the loop)."""
+        while True:
+            await asyncio.sleep(heartbeat.interval_s)
+            client = self._client
+            if client is not None and self.connected.is_set():
+                client.publish(heartbeat.topic, heartbeat.beat(), qos=0, retain=False)
 
     def publish(self, topic: str, payload: dict[str, Any], qos: int = 1, trace: dict[str, str] | None = None) -> None:
         """Queue a message; paho sends it now or after the next reconnect (QoS 1 is retried by paho).
@@ -146,6 +176,8 @@ class MqttLink:
         if self.address.tls:
             client.tls_set_context(self.tls.context())
         client.reconnect_delay_set(min_delay=1, max_delay=30)
+        if self.heartbeat is not None:
+            client.will_set(self.heartbeat.topic, self.heartbeat.will(), qos=1, retain=True)
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_message = self._handle_message
@@ -162,6 +194,10 @@ class MqttLink:
             return
         # Subscriptions do not survive a reconnect with a clean session; make them again every time.
         client.subscribe([(topic, 1) for topic in [*self.topics.subscriptions(), *self.extra_subscriptions]])
+        if self.heartbeat is not None:
+            # Before anything the loop sends after it hears of this connect: devices know we are back first.
+            client.publish(self.heartbeat.topic, self.heartbeat.alive(), qos=1, retain=True)
+            client.publish(self.heartbeat.topic, self.heartbeat.beat(), qos=0, retain=False)
         self._call_soon(self._mark_connected)
 
     def _handle_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: ReasonCode, _p: Any) -> None:

@@ -49,6 +49,36 @@ def _error_text(value: object) -> object:
     return bounded(value, ERROR_TEXT_LIMIT) or "refused without a reason"
 
 
+def _word(value: object) -> object:
+    return bounded(value, 16) if isinstance(value, str) else value
+
+
+class FailsafeReport(_Wire):
+    """Why an actuator sits at its failsafe value: the firmware moved it there when the heartbeat was lost."""
+
+    value: StateValue | None = None
+    heartbeat_lost_ms: Annotated[int, Field(ge=0)] | None = None
+    # What the device knew of the controller: unseen (no beat since boot), silent (beats stopped), gone (its Will).
+    controller: Annotated[str | None, BeforeValidator(_word)] = None
+    ts: Annotated[int, Field(ge=0)] | None = None
+    error: Annotated[str | None, BeforeValidator(_error_text)] = None  # the actuator did not move
+
+    def cause(self, actuator: str) -> str:
+        """In words: "heater -> false after 3.0 s without the controller's heartbeat (its heartbeats stopped)"."""
+        lost = f" after {self.heartbeat_lost_ms / 1000:.1f} s" if self.heartbeat_lost_ms is not None else ""
+        said = _CONTROLLER_SAID.get(self.controller or "", "")
+        text = f"{actuator} -> {json.dumps(self.value)}{lost} without the controller's heartbeat"
+        text += f" ({said})" if said else ""
+        return text + (f", but it did not move: {self.error}" if self.error else "")
+
+
+_CONTROLLER_SAID = {"gone": "the controller's Last Will said it was gone", "silent": "its heartbeats stopped",
+                    "unseen": "no heartbeat since the device booted"}
+
+
+Failsafes = Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN)], FailsafeReport], Field(max_length=64)]
+
+
 class Ack(_Wire):
     id: Annotated[str, Field(max_length=64)] | None
     ok: bool
@@ -56,6 +86,7 @@ class Ack(_Wire):
     error: Annotated[str | None, BeforeValidator(_error_text)] = None
     state: State = Field(default_factory=dict)
     clamped: Clamped | None = None
+    failsafe: Failsafes = Field(default_factory=dict)  # actuators at their failsafe value since a lost heartbeat
 
 
 class Sample(_Wire):
@@ -75,6 +106,7 @@ class DeviceEvent(_Wire):
     value: StateValue | None = None
     seq: int | None = None
     state: State | None = None
+    failsafe: Failsafes = Field(default_factory=dict)
 
 
 def load_json(payload: bytes) -> Any:

@@ -50,10 +50,12 @@ class Plan:
     bump_epoch: bool = False  # Enforce: write epoch + 1 to status, then plan again
     superseded: list[PinnedCommand] = field(default_factory=list)  # pins the target no longer asks for
     held: list[str] = field(default_factory=list)  # actuators left alone until an Intent's pin counts
+    left: list[str] = field(default_factory=list)  # at a failsafe value, their target too old to drive again
 
     @property
     def in_sync(self) -> bool:
-        return not self.commands and not self.invalid and not self.drifted and not self.bump_epoch and not self.held
+        return (not self.commands and not self.invalid and not self.drifted and not self.bump_epoch and not self.held
+                and not self.left)
 
 
 def command_id(uid: str, generation: int, epoch: int, actuator: str) -> str:
@@ -72,6 +74,7 @@ def plan(
     reached: frozenset[str] = frozenset(),
     pinned: Sequence[PinnedCommand] = (),
     held: frozenset[str] = frozenset(),
+    leave: frozenset[str] = frozenset(),
 ) -> Plan:
     """Commands for every targeted actuator whose reported value differs, and for every pinned command.
 
@@ -79,12 +82,15 @@ def plan(
     generation and epoch: a difference there is drift, not a pending change.
     `held` names actuators an Intent is about to set (its command is pinned, its target not yet on the
     Device): nothing is sent for them until it is, so the Intent's command goes out with its own id.
+    `leave` names actuators the firmware moved to their failsafe value whose target is too old to drive again
+    by itself: nothing is sent for them (an Intent's pinned command still is).
     """
     commands: list[Command] = []
     invalid: dict[str, str] = {}
     drifted: list[str] = []
     superseded: list[PinnedCommand] = []
     held_back: list[str] = []
+    kept: list[str] = []
     pins: dict[str, list[PinnedCommand]] = {}
     for pin in pinned:
         pins.setdefault(pin.actuator, []).append(pin)
@@ -110,6 +116,9 @@ def plan(
             continue
         if same_value(reported.get(actuator_id), value):
             continue
+        if actuator_id in leave:
+            kept.append(actuator_id)
+            continue
         if actuator_id in reached:
             drifted.append(actuator_id)
             continue
@@ -119,5 +128,6 @@ def plan(
     bump = drift == "Enforce" and bool(drifted)
     if bump:
         # Nothing is sent until the new epoch is on record; then the caller plans again.
-        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded, held=held_back)
-    return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded, held=held_back)
+        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded, held=held_back,
+                    left=kept)
+    return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded, held=held_back, left=kept)

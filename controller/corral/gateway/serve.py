@@ -37,7 +37,7 @@ from corral.api.codes import GATEWAY_AUDIENCE
 from corral.audit.component import Audit
 from corral.gateway import readings
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
-from corral.gateway.server import Gateway, RateLimit, instructions
+from corral.gateway.server import Gateway, RateLimit, instructions, paused_text
 from corral.gateway.view import Views, nothing_visible_note
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,10 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
     # stdout carries the protocol) and in the server's instructions, instead of an empty tool list.
     view = await views.of(caller)
     empty = None if view.visible() else nothing_visible_note(view.username, namespaces)
+    pauses = await view.pauses()  # and agents paused, as they are when the client connects (tools say it later)
+    paused = paused_text([pauses[ns] for ns in sorted(pauses)], view.is_person()) if pauses else None
     gateway = Gateway(views, lambda ctx: caller, wait_s=wait_s, rate_limit=rate_limit,
-                      instructions=instructions(namespaces, empty), audit=audit.log if audit else None,
+                      instructions=instructions(namespaces, empty, paused), audit=audit.log if audit else None,
                       readings_direct=readings_direct, console_url=console_url)
     if audit is not None:
         await audit.start()
@@ -62,6 +64,7 @@ async def serve_stdio(config: kubernetes.client.Configuration, namespaces: list[
         async with stdio_server() as (read, write):
             await gateway.server.run(read, write, gateway.server.create_initialization_options())
     finally:
+        await gateway.release_held()  # the stdio session ended: its leases end with it
         views.stop()
         await gateway.readings.close()
         if audit is not None:

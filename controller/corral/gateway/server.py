@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
+import re
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +30,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from corral import __version__
 from corral.api.codes import FINAL_PHASES, READINGS_MAX_WINDOW_S, DecisionCode
+from corral.api.pause import Paused
 from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
@@ -35,10 +39,12 @@ from corral.gateway import readings, tasks
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
 from corral.gateway.toolset import (
+    LEASE_TOOLS,
     MAX_WAIT_S,
     OVERLAY_TOOLS,
     ArgumentError,
     intent_spec,
+    lease_spec,
     overlay_spec,
 )
 from corral.gateway.view import CallerView, Views
@@ -56,6 +62,21 @@ INSTRUCTIONS = (
 )
 
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
+
+# Who holds a lease is the caller and a holder id: the client's own (`holder`), else the session's. A stdio
+# gateway serves one session for its whole life; over HTTP the handshake era has Mcp-Session-Id, 2026-07-28 none.
+STDIO_HOLDER = f"stdio-{secrets.token_hex(6)}"
+_HOLDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("corral_holder", default=None)
+
+
+def holder_of(ctx: ServerRequestContext[Any, Any], given: Any) -> str | None:
+    if isinstance(given, str) and given:
+        return given
+    request = ctx.request
+    if request is None:
+        return STDIO_HOLDER
+    session = getattr(request, "headers", {}).get("mcp-session-id")
+    return f"mcp-{re.sub(r'[^A-Za-z0-9._:-]', '', session)[:120]}" if session else None
 
 
 class GatewayServer(Server[Any]):
@@ -96,11 +117,18 @@ class RateLimit:
         return (1 - tokens) / rate
 
 
-def instructions(namespaces: list[str], nothing_visible: str | None = None) -> str:
+def instructions(namespaces: list[str], nothing_visible: str | None = None, paused: str | None = None) -> str:
     """What the server tells every client when it connects: how to begin, where it looks, and (stdio) a warning
-    when the caller can see nothing at all."""
+    when the caller can see nothing at all, or when agents are paused."""
     text = f"{INSTRUCTIONS} Devices are served from namespace(s) {', '.join(namespaces)} (corral mcp -n NAMESPACE)."
-    return f"{text} {nothing_visible}" if nothing_visible else text
+    return " ".join(part for part in (text, nothing_visible, paused) if part)
+
+
+def paused_text(pauses: list[Paused], person: bool) -> str:
+    """What a caller is told where agents are paused (iot.list_devices, iot.query, the instructions)."""
+    text = " ".join(f"{p.sentence()} {p.resume_hint()}" for p in pauses)
+    return text + (" You are a person: your own requests still run." if person else
+                   " Tell the user; requests to act there are refused (DENY_PAUSED) until then.")
 
 
 class Gateway:
@@ -114,6 +142,7 @@ class Gateway:
         self.caller_of = caller_of
         self.wait_s = wait_s
         self.rate_limit = rate_limit or RateLimit(0, 1)
+        self.held: dict[tuple[str, str, str, str], CallerView] = {}  # leases taken: (caller, ns, device, holder)
         self.server = GatewayServer(
             "corral", version=__version__, title="Corral", instructions=instructions,
             on_list_tools=self.list_tools,
@@ -166,6 +195,7 @@ class Gateway:
             message = f"Unknown tool: {name}"
             self._refused(view, name, params.arguments, "DENY_UNKNOWN_ACTION", message)
             raise MCPError(types.INVALID_PARAMS, message, {"code": "DENY_UNKNOWN_ACTION", "message": message})
+        _HOLDER.set(holder_of(ctx, (params.arguments or {}).get("holder")))
         result = await self._call(view, name, dict(params.arguments or {}))
         data = result.structured_content if isinstance(result.structured_content, dict) else {}
         code = data.get("code")
@@ -195,7 +225,7 @@ class Gateway:
     async def _call(self, view: CallerView, name: str, args: dict[str, Any]) -> types.CallToolResult:
         try:
             if name == "iot.list_devices":
-                return _ok({"devices": [d.summary() for d in view.visible()]})
+                return _ok({"devices": [d.summary() for d in view.visible()], **await self._paused_note(view)})
             if name == "iot.query":
                 return await self._query(view, args)
             if name == "iot.read":
@@ -206,6 +236,8 @@ class Gateway:
                 return await self._intent_status(view, args)
             if name in OVERLAY_TOOLS:
                 return await self._set_overlay(view, name, args)
+            if name in LEASE_TOOLS:
+                return await self._lease(view, name, args)
             device, actuator, _ = view.device_tool_map()[name]
             return await self._control(view, {**args, "device_id": device.id, "actuator": actuator.id,
                                               "action": actuator.action, "params": {"value": args.get("value")}})
@@ -220,9 +252,9 @@ class Gateway:
 
     async def _query(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
         if args.get("device_id") in (None, ""):
-            return _ok({"devices": [d.summary() for d in view.visible()]})
+            return _ok({"devices": [d.summary() for d in view.visible()], **await self._paused_note(view)})
         device = _visible_device(view, args.get("device_id"))
-        detail = device.detail(view.now())
+        detail = {**device.detail(view.now()), **await self._paused_note(view, device.namespace)}
         if "listen" in device.levels:
             # The latest sample the controller received, not the status (written at most every few seconds).
             try:
@@ -272,6 +304,9 @@ class Gateway:
         if device.namespace not in view.grants().create_intents:
             raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.", "DENY_SCOPE")
         request_id, spec = intent_spec(device, args, view.username or "", view.mqtt_id_of)
+        paused = await self._paused_refusal(view, device.namespace, {"request_id": request_id})
+        if paused is not None:
+            return paused
         with tracing.tracer().start_as_current_span("corral.gateway.control", attributes={
                 "corral.device": device.id, "corral.actuator": spec["actuator"], "corral.request_id": request_id}) as span:
             outcome = await self._submit_and_settle(view, device.namespace, request_id, spec)
@@ -283,6 +318,9 @@ class Gateway:
         created_at = time.monotonic()
         if view.groups:  # the API server checks they are the caller's own; the controller's reviews then use them
             spec = {**spec, "requesterGroups": list(view.groups)}
+        holder = _HOLDER.get()
+        if holder and "holderId" not in spec:  # so that the holder's own calls pass (and renew) its lease
+            spec = {**spec, "holderId": holder}
         submitted = await submit_async(view.follower.api, namespace, request_id, spec, tracing.intent_annotations())
         if submitted.code == "DENY_ID_CONFLICT":
             return _outcome(submitted.intent, request_id, "DENY_ID_CONFLICT", submitted.message)
@@ -295,6 +333,21 @@ class Gateway:
             outcome = {**outcome, "code": "DEDUP", "message": f"Same request as before ({outcome['code']}): "
                                                                f"{outcome['message']} Nothing was run again."}
         return outcome
+
+    async def _paused_note(self, view: CallerView, namespace: str | None = None) -> dict[str, Any]:
+        """`agents_paused`, where agents are paused among the served namespaces (or in this one); {} where not."""
+        found = [p for ns, p in sorted((await view.pauses()).items()) if namespace in (None, ns)]
+        return {"agents_paused": paused_text(found, view.is_person())} if found else {}
+
+    async def _paused_refusal(self, view: CallerView, namespace: str, extra: dict[str, Any]
+                              ) -> types.CallToolResult | None:
+        """DENY_PAUSED up front for a caller that is not a person, where agents are paused: it spares the Intent's
+        round trip (the controller would refuse it anyway, and decides what the gateway did not see)."""
+        paused = None if view.is_person() else (await view.pauses()).get(namespace)
+        if paused is None:
+            return None
+        return _refusal("DENY_PAUSED", f"{paused.sentence()} {view.username} is not a person, so nothing was "
+                                       f"requested. {paused.resume_hint()}", extra)
 
     async def _intent_status(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
         request_id = args.get("request_id")
@@ -318,6 +371,36 @@ class Gateway:
             return _ok(_outcome(intent, request_id))
         raise ArgumentError(f"No request {request_id!r} that you can see.", "DENY_SCOPE")
 
+    async def _lease(self, view: CallerView, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+        device = _visible_device(view, args.get("device_id"))
+        if not view.grants().controllable(device) or device.namespace not in view.grants().create_intents:
+            raise ArgumentError(f"You may not take or give back control of {device.id}: it needs the 'write' verb "
+                                "on it and the right to create Intents in its namespace.", "DENY_SCOPE")
+        holder = _HOLDER.get()
+        request_id, spec = lease_spec(device, tool, args, view.username or "", holder)
+        outcome = await self._submit_and_settle(view, device.namespace, request_id, spec)
+        key = (view.caller.key, device.namespace, device.name, holder or "")
+        if outcome["code"] == "EXECUTED":
+            if tool == "iot.acquire":
+                self.held[key] = view
+            else:
+                self.held.pop(key, None)
+        result = {**outcome, "holder": holder}
+        return _ok(result) if outcome["code"] in ("EXECUTED", "DEDUP") else _refusal(outcome["code"],
+                                                                                     outcome["message"], result)
+
+    async def release_held(self) -> None:
+        """The session ends: every lease it took through this gateway is given back (release Intents)."""
+        for (_, namespace, name, holder), view in list(self.held.items()):
+            spec = {"device": name, "actuator": "lease", "action": "release", "reason": "the MCP session ended",
+                    "requester": view.username or "", **({"holderId": holder} if holder else {}),
+                    **({"requesterGroups": list(view.groups)} if view.groups else {})}
+            try:
+                await submit_async(view.follower.api, namespace, f"mcp-release-{secrets.token_hex(8)}", spec)
+            except ApiError as err:
+                log.warning("could not give back the lease of %s/%s at the session's end: %s", namespace, name, err)
+        self.held.clear()
+
     async def _set_overlay(self, view: CallerView, tool: str, args: dict[str, Any]) -> types.CallToolResult:
         """An Intent like any other (action set_alias, set_note or set_location); the controller writes it."""
         device = _visible_device(view, args.get("device_id"))
@@ -325,6 +408,11 @@ class Gateway:
             raise ArgumentError(f"You may not change the overlay of {device.id}: that needs the 'annotate' verb on it "
                                 "and the right to create Intents.", "DENY_SCOPE")
         request_id, spec = overlay_spec(device, tool, args, view.username or "")
+        paused = await self._paused_refusal(view, device.namespace, {
+            "device_id": device.id, "field": OVERLAY_TOOLS[tool][2], "value": spec["params"]["value"],
+            "request_id": request_id})
+        if paused is not None:
+            return paused
         outcome = await self._submit_and_settle(view, device.namespace, request_id, spec)
         _, field, argument = OVERLAY_TOOLS[tool]
         value = (outcome.get("after") or {}).get(field, spec["params"]["value"])

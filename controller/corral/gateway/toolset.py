@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral.api.codes import OUTCOME_CODES, READINGS_MAX_WINDOW_S, DecisionCode
-from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, IntentSpec
+from corral.api.intent import HOLDER_ID_PATTERN, LEASE_ACTUATOR, OVERLAY_ACTIONS, OVERLAY_LIMITS, IntentSpec
 from corral.contract.model import Actuator
 from corral.contract.values import InvalidValue, allowed, check
 from corral.gateway.visible import VisibleDevice, value_schema
@@ -90,9 +90,11 @@ _DEVICE_SUMMARY: dict[str, Any] = {
     },
     "required": ["device_id", "online", "actuators", "sensors"],
 }
+_AGENTS_PAUSED = {"type": "string", "description": "Present while agents are paused: where, since when, by whom, "
+                                                   "why and how they are resumed"}
 _DEVICE_LIST = {
     "type": "object",
-    "properties": {"devices": {"type": "array", "items": _DEVICE_SUMMARY}},
+    "properties": {"devices": {"type": "array", "items": _DEVICE_SUMMARY}, "agents_paused": _AGENTS_PAUSED},
     "required": ["devices"],
 }
 _QUERY_OUTPUT = {
@@ -100,6 +102,7 @@ _QUERY_OUTPUT = {
     "description": "Without device_id: {devices: [...]}. With it: {device: {...}}.",
     "properties": {
         "devices": {"type": "array", "items": _DEVICE_SUMMARY},
+        "agents_paused": _AGENTS_PAUSED,
         "device": {
             "type": "object",
             "properties": {
@@ -111,7 +114,7 @@ _QUERY_OUTPUT = {
                 "interlocks": {"type": "array", "items": {"type": "object"},
                                "description": "Safety rules guarding this device's actions"},
                 "actions": {"type": "array", "items": {"type": "object"}},
-                "stale": {"type": "boolean"}, "notes": {"type": "string"},
+                "stale": {"type": "boolean"}, "notes": {"type": "string"}, "agents_paused": _AGENTS_PAUSED,
             },
             "required": ["device_id", "online", "reported", "sensors", "actions"],
         },
@@ -215,6 +218,7 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, annotatable: list[
                     "reason": _REASON,
                     "based_on": _BASED_ON,
                     "dry_run": _DRY_RUN,
+                    "holder": _HOLDER,
                 },
                 "required": ["device_id", "actuator", "action", "params", "reason"],
                 "additionalProperties": False,
@@ -223,6 +227,8 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, annotatable: list[
             {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": worst >= _RISK_ORDER["high"],
              "openWorldHint": True},
         ))
+    if controllable:
+        tools += _lease_tools(_device_id_schema(controllable))
     annotatable = [d for d in annotatable if d.namespace in grants.create_intents]
     if annotatable:
         for name, (_, field, argument) in OVERLAY_TOOLS.items():
@@ -241,6 +247,53 @@ def fixed_tools(devices: list[VisibleDevice], grants: Grants, annotatable: list[
                 {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False},
             ))
     return tools
+
+
+_HOLDER = {"type": "string", "pattern": HOLDER_ID_PATTERN, "maxLength": 128,
+           "description": "Which of your loops holds it (default: this MCP session, where the transport has one)."}
+LEASE_TOOLS = {"iot.acquire": "acquire", "iot.release": "release"}
+
+
+def _lease_tools(device_id: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        _tool("iot.acquire", "Take exclusive control of a device",
+              "While you hold a device's lease, nobody else's requests act on it (they get DENY_LEASED with your "
+              "name and reason); reads stay open to all. Every call of yours on the device renews it; it ends after "
+              "ttl_s seconds without one (default 300), when you call iot.release, when a person breaks it, or, "
+              "over stdio and handshake-era HTTP, when this session ends.",
+              {"type": "object", "properties": {
+                  "device_id": device_id, "ttl_s": {"type": "integer", "minimum": 1, "maximum": 3600},
+                  "reason": _REASON, "holder": _HOLDER, "request_id": _REQUEST_ID},
+               "required": ["device_id", "reason"], "additionalProperties": False},
+              OUTCOME, {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False,
+                        "openWorldHint": False}),
+        _tool("iot.release", "Give back exclusive control of a device",
+              "End your lease of the device, so that others may act on it again.",
+              {"type": "object", "properties": {"device_id": device_id, "holder": _HOLDER, "request_id": _REQUEST_ID},
+               "required": ["device_id"], "additionalProperties": False},
+              OUTCOME, {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False,
+                        "openWorldHint": False}),
+    ]
+
+
+def lease_spec(device: VisibleDevice, tool: str, arguments: dict[str, Any], requester: str, holder: str | None
+               ) -> tuple[str, dict[str, Any]]:
+    """iot.acquire / iot.release arguments as (request_id, Intent spec)."""
+    action = LEASE_TOOLS[tool]
+    reason = arguments.get("reason") or f"{tool} through the MCP gateway"
+    if not isinstance(reason, str) or _CONTROL.search(reason) or len(reason) > 512:
+        raise ArgumentError("reason must be at most 512 characters, without control characters.")
+    spec: dict[str, Any] = {"device": device.name, "actuator": LEASE_ACTUATOR, "action": action, "reason": reason,
+                            "requester": requester}
+    ttl = arguments.get("ttl_s")
+    if action == "acquire" and ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= 3600:
+            raise ArgumentError("ttl_s must be a whole number of seconds from 1 to 3600.")
+        spec["params"] = {"value": ttl}
+    if holder:
+        spec["holderId"] = holder
+    _fits_an_intent(spec)
+    return _request_id(arguments.get("request_id")), spec
 
 
 _RISK_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}

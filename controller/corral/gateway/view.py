@@ -23,8 +23,10 @@ from pydantic import ValidationError
 
 from corral.api.codes import GROUP, VERSION
 from corral.api.intent import OVERLAY_VERB
+from corral.api.pause import PAUSE_NAME, Paused, paused_of
 from corral.client.intents import identity
 from corral.contract.model import Contract
+from corral.decide.approvals import DEFAULT_PEOPLE, People
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
@@ -35,6 +37,7 @@ from corral.gateway.visible import INDEX_URI, VisibleDevice, device_uri
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # namespace, name
+PAUSE_TTL_S = 2.0  # how long a read of the agents kill switch answers for (the controller decides anyway)
 
 
 class Capabilities:
@@ -47,8 +50,11 @@ class Capabilities:
 
 class CallerView:
     def __init__(self, caller: Caller, namespaces: list[str], capabilities: Capabilities, *,
-                 access_refresh_s: float = 30.0, min_interval_s: float = 1.0, device_tools_on: bool = False) -> None:
+                 access_refresh_s: float = 30.0, min_interval_s: float = 1.0, device_tools_on: bool = False,
+                 people: People = DEFAULT_PEOPLE) -> None:
         self.caller = caller
+        self.people = people  # who is a person, as the controller is told (a pause does not stop them)
+        self._pauses: tuple[float, dict[str, Paused]] | None = None  # (read at, namespace -> pause)
         # One client per caller, kept: its connection pool spares every tool call a TLS handshake.
         self.client = caller.new_client()
         self.follower = caller.new_follower(
@@ -155,6 +161,39 @@ class CallerView:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def is_person(self) -> bool:
+        return self.people.includes(self.username or "")
+
+    async def pauses(self) -> dict[str, Paused]:
+        """Where agents are paused among the served namespaces, as far as the caller may read the switch (its
+        AgentPause, with the caller's own rights); read again after PAUSE_TTL_S. A read that fails keeps the last."""
+        now = time.monotonic()
+        if self._pauses is None or now - self._pauses[0] > PAUSE_TTL_S:
+            try:
+                self._pauses = (now, await blocking(self._read_pauses))
+            except Exception as err:  # noqa: BLE001 - the API server unreachable: the controller still decides
+                log.info("view of %s: cannot read the agents switch: %s", self.username, err)
+                self._pauses = (now, self._pauses[1] if self._pauses else {})
+        return self._pauses[1]
+
+    def _read_pauses(self) -> dict[str, Paused]:
+        objects = kubernetes.client.CustomObjectsApi(self.client)
+        found = {}
+        for ns in self.namespaces:
+            if not self.access.may(ns, "get", "agentpauses", name=PAUSE_NAME):
+                continue
+            try:
+                body = objects.get_namespaced_custom_object(GROUP, VERSION, ns, "agentpauses", PAUSE_NAME,
+                                                            _request_timeout=10)
+            except kubernetes.client.ApiException as err:
+                if err.status in (403, 404):
+                    continue
+                raise
+            paused = paused_of(body)
+            if paused is not None:
+                found[ns] = paused
+        return found
 
     # ---- RBAC -------------------------------------------------------------------------------------------------
 

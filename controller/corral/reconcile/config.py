@@ -27,6 +27,11 @@ class ControllerConfig:
     # Namespaces whose Devices the controller binds; empty means all.
     watch_namespaces: tuple[str, ...] = ()
     command_timeout_s: float = 5.0
+    # The heartbeat on `{prefix}/_corral/heartbeat` that device failsafes count from (devices.heartbeat); keep it
+    # well below the shortest failsafe delay of any contract.
+    heartbeat_interval_s: float = 2.0
+    # After a failsafe, a target set longer ago than this is not driven again by itself: a person re-applies it.
+    redrive_max_age_s: float = 3600.0
     # Backoff between attempts on a device that times out or fails: min * 2**failures, capped.
     backoff_min_s: float = 1.0
     backoff_max_s: float = 60.0

@@ -28,6 +28,7 @@ from corral.audit.events import EventRecorder
 from corral.audit.log import read_records
 from corral.client.enroll import DEVICE_ID_LABEL
 from corral.devices.accounts import RESPONSE_TOPIC
+from corral.devices.heartbeat import Heartbeat
 from corral.devices.link import Inbound, MqttLink, TlsFiles
 from corral.devices.topics import Topics
 from corral.reconcile.access import AccessReviews
@@ -42,8 +43,10 @@ from corral.reconcile.ingest import Ingest
 from corral.reconcile.intents import IntentReconciler, IntentSettings
 from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import Kube
+from corral.reconcile.leases import Leases
 from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.notify import Notifier
+from corral.reconcile.pauses import AgentPauses
 from corral.reconcile.port import FleetPort
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.targets import TargetApplier
@@ -68,7 +71,8 @@ class Controller:
         tls = TlsFiles(config.mqtt_ca_file, config.mqtt_cert_file, config.mqtt_key_file)
         extra = (RESPONSE_TOPIC,) if config.manage_broker_accounts else ()
         self.link = MqttLink(config.mqtt_url, topics, self._on_mqtt, on_connected=self._on_connected,
-                             extra_subscriptions=extra, tls=tls)
+                             extra_subscriptions=extra, tls=tls,
+                             heartbeat=Heartbeat.on(topics, config.heartbeat_interval_s))
         self.driver = Driver(self.link, topics, config.command_timeout_s)
         key_file = Path(config.audit_key_file)
         self.audit, self.checkpoints = assemble(AuditSettings(
@@ -96,14 +100,22 @@ class Controller:
         port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening, trust)
         # Cross-device rules: judged when Intents are decided and executed, and before any target is driven.
         self.interlocks = Interlocks(kube, self.devices, config.watch_namespaces, on_change=self._interlocks_changed)
+        # Exclusive control of Devices: Lease objects only the controller writes (reconcile/leases.py). A lease that
+        # ends lets the Device's held targets be driven.
+        self.leases = Leases(kube.api, config.watch_namespaces, on_change=self._lease_changed)
         self.device_reconciler = DeviceReconciler(config, kube, self.fleet, self.devices, self.driver, notices,
-                                                  recorder, listening, trust, self.interlocks, port.view)
+                                                  recorder, listening, trust, self.interlocks, port.view,
+                                                  leased=lambda namespace, name: self.leases.guard(namespace, name)[0])
         # Approval requests to the configured webhooks, sent off the decision path (reconcile/notify.py).
         self.notifier = Notifier(config.notifications, config.console_url, recorder) \
             if config.notifications is not None else None
+        # The agents kill switch of each namespace (AgentPause): a change decides its undecided Intents again.
+        self.pauses = AgentPauses(kube, config.watch_namespaces, self.audit, recorder,
+                                  on_change=lambda namespace: self.intents.on_pause_change(namespace))
         self.intents = IntentReconciler(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded,
                                         self.interlocks,
-                                        on_awaiting=self.notifier.waiting if self.notifier is not None else None)
+                                        on_awaiting=self.notifier.waiting if self.notifier is not None else None,
+                                        leases=self.leases, pauses=self.pauses)
         self._workers: list[asyncio.Task[None]] = []
         self.server: ReadServer | None = None
         if config.serve_port:
@@ -140,6 +152,20 @@ class Controller:
         except TimeoutError:
             raise RuntimeError("the Interlocks could not be listed within 60 s: is the CRD interlocks.corral.dev "
                                "installed, and may the controller list and watch interlocks?") from None
+        # And whether agents are paused: a pause not yet read must not be a pause missed.
+        self.pauses.start()
+        try:
+            await asyncio.wait_for(self.pauses.synced.wait(), 60)
+        except TimeoutError:
+            raise RuntimeError("the AgentPauses could not be listed within 60 s: is the CRD agentpauses.corral.dev "
+                               "installed, and may the controller list and watch agentpauses?") from None
+        # Every lease too: a lease not yet read must not be a lease missed.
+        self.leases.start()
+        try:
+            await asyncio.wait_for(self.leases.synced.wait(), 60)
+        except TimeoutError:
+            raise RuntimeError("the Leases could not be listed within 60 s: may the controller list and watch leases "
+                               "(coordination.k8s.io)?") from None
         if self.accounts is not None and self.enrollments is not None:
             # The enrollments first: the first thing the controller tells a fresh broker is who may connect.
             self.enrollments.start()
@@ -173,6 +199,8 @@ class Controller:
             await self.enrollments.stop()
         await self.capabilities.stop()
         await self.interlocks.stop()
+        await self.pauses.stop()
+        await self.leases.stop()
         await self.link.stop()
         await self.checkpoints.stop()  # the final one: after everything that could still write a record
         self.audit.close()
@@ -214,6 +242,12 @@ class Controller:
             device_id = device_id_of(body)
             if ns == namespace and device_id:
                 self.queue.add(device_id)
+
+    def _lease_changed(self, namespace: str, name: str) -> None:
+        body = self.devices.get((namespace, name))
+        device_id = device_id_of(body) if body is not None else None
+        if device_id:
+            self.queue.add(device_id)
 
     def on_intent_event(self, event_type: str, body: Body) -> None:
         self.intents.on_intent_event(event_type, body)

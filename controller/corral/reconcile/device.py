@@ -9,6 +9,14 @@ A command for a target that an Interlock forbids is not sent, whoever set the ta
 apply` above all: an executing Intent's own command was judged right before it, and goes out). The target is
 held, on record in status (`interlockedTargets`, condition Interlocked), and stays held once the rule holds
 again: only a changed target is driven (or an Intent that the interlocks allow).
+
+After a failsafe (the firmware moved an actuator to its contract's failsafe value when it lost the
+controller's heartbeat) the target is driven again like any drift, through the same interlock and lease
+checks, with a new command epoch. A target set longer ago than `redrive_max_age_s` (by the Device's
+managedFields) is left at the failsafe value instead: condition Failsafe (TargetTooOld) and an Event say so,
+until a person sets it anew. After a restart, targets that status shows reached at this generation and epoch
+count as reached, so a device found elsewhere is drift, driven with a new command id: the old id would only
+fetch the firmware's stored ack.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import TYPE_CHECKING
 from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget
 from corral.audit.events import EventRecorder
 from corral.contract.values import same_value
+from corral.decide.decision import Lease
 from corral.devices.commands import CommandTimeout
 from corral.devices.plan import Command, Plan, plan
 from corral.reconcile.cache import Body, DeviceCache, key_of
@@ -45,6 +54,7 @@ from corral.reconcile.status import (
     to_write,
     waiting_status,
 )
+from corral.reconcile.targets import target_set_at
 from corral.reconcile.trust import ContractTrust
 from corral.reconcile.workqueue import Result
 
@@ -72,11 +82,13 @@ class Listening:
 class DeviceReconciler:
     def __init__(self, config: ControllerConfig, kube: Kube, fleet: Fleet, devices: DeviceCache, driver: Driver,
                  notices: DeviceNotices, recorder: EventRecorder, listening: Listening, trust: ContractTrust,
-                 interlocks: Interlocks | None = None, view_of: ViewOf | None = None) -> None:
+                 interlocks: Interlocks | None = None, view_of: ViewOf | None = None,
+                 leased: Callable[[str, str], Lease | None] | None = None) -> None:
         self.config = config
         self.trust = trust
         self.interlocks = interlocks
         self.view_of = view_of  # the port's view of a Device, what interlock conditions are judged over
+        self.leased = leased  # the Device's lease now, if any: while it lasts only its holder's Intents are driven
         self.kube = kube
         self.fleet = fleet
         self.devices = devices
@@ -113,6 +125,7 @@ class DeviceReconciler:
         if not rt.reported and not rt.state_known:
             # After a restart, what status recorded is the baseline that changes are audited against.
             rt.reported = dict((body.get("status") or {}).get("reported") or {})
+            self._seed_reached(rt, body)
         retry = Result.done()
         if rt.online and not rt.state_known and self.listening.connected():
             try:
@@ -133,12 +146,14 @@ class DeviceReconciler:
             # would tell a moment that never was (the target changed, the command not yet planned).
             return Result.done()
         self._announce_plan(rt, body, result)
+        self._announce_failsafes(rt, body)
         if result.bump_epoch:
             # The new epoch must be on record before a command carries it (see devices.plan).
             rt.command_epoch = self._epoch(rt, body) + 1
             await self._write(rt, body, self._status(rt, body, result), "epoch")
             return Result.after(0)
         result, interlocked = self._interlocked(rt, body, result, pins)
+        result, lease_held = self._lease_held(body, result, pins)
         outcome = Result.done()
         if result.commands:
             if not rt.online:
@@ -150,8 +165,26 @@ class DeviceReconciler:
                 body = self.devices.get(key_of(body)) or body
                 pins = self.driver.expectations.applied(device_id, _generation(body) or 0)
                 result, interlocked = self._interlocked(rt, body, self._plan(rt, body, pins), pins)
-        await self._write(rt, body, self._status(rt, body, result, interlocked), "reconcile")
+                result, lease_held = self._lease_held(body, result, pins)
+        await self._write(rt, body, self._status(rt, body, result, interlocked, lease_held), "reconcile")
         return outcome
+
+    def _lease_held(self, body: Body, result: Plan, pins: list[Pin]) -> tuple[Plan, str | None]:
+        """While the Device is leased, targets set by anyone but the holder's Intents (a person's kubectl apply) are
+        not driven; they are once the lease ends. What is held, as the condition Leased says it."""
+        lease = self.leased(body["metadata"]["namespace"], body["metadata"]["name"]) if self.leased else None
+        if lease is None or lease.expires_at <= datetime.now(UTC) or not result.commands:
+            return result, None
+        pinned = {p.command_id for p in pins}  # the holder's Intents: the lease was judged right before them
+        held = [c for c in result.commands if c.id not in pinned]
+        if not held:
+            return result, None
+        shown = ", ".join(f"spec.target.{c.actuator}={as_json(c.value)}" for c in held)
+        message = (f"Not driving {shown}: Device {body['metadata']['name']} is leased to {lease.who()}"
+                   + (f" ({lease.reason})" if lease.reason else "")
+                   + f" until {lease.expires_at:%H:%M:%S} UTC unless renewed; it is driven when the lease ends "
+                     "(or a person breaks it: corral lease break).")
+        return dataclasses.replace(result, commands=[c for c in result.commands if c.id in pinned]), message
 
     def _interlocked(self, rt: DeviceRuntime, body: Body, result: Plan, pins: list[Pin]
                      ) -> tuple[Plan, tuple[InterlockedTarget, ...]]:
@@ -198,7 +231,8 @@ class DeviceReconciler:
         reached = rt.reached_set((uid, generation, epoch))
         result = plan(rt.contract, spec.get("target") or {}, rt.reported, uid=uid, generation=generation, epoch=epoch,
                       drift=spec.get("drift", "Enforce"), reached=frozenset(reached), pinned=[p.command for p in pins],
-                      held=self.driver.expectations.held(rt.device_id, generation))
+                      held=self.driver.expectations.held(rt.device_id, generation),
+                      leave=frozenset(self._too_old(rt, body)))
         for gone in result.superseded:
             for pin in pins:
                 if pin.command_id == gone.id:
@@ -267,6 +301,68 @@ class DeviceReconciler:
             reached.add(command.actuator)
         return Result.done()
 
+    # ---- after a failsafe -----------------------------------------------------------------------------------
+
+    def _seed_reached(self, rt: DeviceRuntime, body: Body) -> None:
+        """A fresh runtime (a restart): the targets status shows reached at this generation and epoch were
+        driven (or needed nothing), so a difference the device reports now is drift, not a pending change."""
+        status = body.get("status") or {}
+        generation = _generation(body) or 1
+        if status.get("observedGeneration") != generation:
+            return
+        reached = rt.reached_set((body["metadata"]["uid"], generation, self._epoch(rt, body)))
+        recorded = status.get("reported") or {}
+        for actuator, wanted in ((body.get("spec") or {}).get("target") or {}).items():
+            if actuator in recorded and same_value(recorded[actuator], wanted):
+                reached.add(actuator)
+
+    def _too_old(self, rt: DeviceRuntime, body: Body) -> dict[str, float]:
+        """Actuators at their failsafe value whose target was set longer ago than the re-drive age: id -> age in s.
+        A target of unknown age (no managedFields entry owns it) is driven again."""
+        target = (body.get("spec") or {}).get("target") or {}
+        old: dict[str, float] = {}
+        for actuator, report in rt.failsafe.items():
+            set_at = target_set_at(body, actuator) if actuator in target and report.error is None else None
+            if set_at is not None:
+                age = (datetime.now(UTC) - set_at).total_seconds()
+                if age > self.config.redrive_max_age_s:
+                    old[actuator] = age
+        return old
+
+    def _announce_failsafes(self, rt: DeviceRuntime, body: Body) -> None:
+        target = (body.get("spec") or {}).get("target") or {}
+        too_old = self._too_old(rt, body)
+        for actuator, report in sorted(rt.failsafe.items()):
+            key = f"{actuator}/{report.ts}"
+            self.notices.once(rt, body, f"failsafe/{key}", "Failsafe", "Observe",
+                              f"The device moved {report.cause(actuator)}.", "Warning",
+                              fact=("device.failsafe", {"actuator": actuator,
+                                                        **report.model_dump(mode="json", exclude_none=True)}))
+            if actuator in too_old:
+                self.notices.once(rt, body, f"failsafe-too-old/{key}", "FailsafeTargetTooOld", "Hold",
+                                  _too_old_note(actuator, target[actuator], too_old[actuator],
+                                                self.config.redrive_max_age_s), "Warning",
+                                  fact=("target.not_redriven", {"actuator": actuator, "value": target[actuator],
+                                                                "ageS": round(too_old[actuator], 1),
+                                                                "maxAgeS": self.config.redrive_max_age_s}))
+
+    def _failsafe_condition(self, rt: DeviceRuntime, body: Body) -> tuple[str, str] | None:
+        """(reason, message) of condition Failsafe while an actuator sits at its failsafe value."""
+        if not rt.failsafe:
+            return None
+        target = (body.get("spec") or {}).get("target") or {}
+        too_old = self._too_old(rt, body)
+        parts = []
+        for actuator, report in sorted(rt.failsafe.items()):
+            if actuator in too_old:
+                then = _too_old_note(actuator, target[actuator], too_old[actuator], self.config.redrive_max_age_s)
+            elif actuator in target:
+                then = f"spec.target.{actuator}={as_json(target[actuator])} is driven again where the interlocks allow it."
+            else:
+                then = "it has no target to go back to."
+            parts.append(f"The device moved {report.cause(actuator)}; {then}")
+        return ("TargetTooOld" if too_old else "FailsafeApplied"), " ".join(parts)
+
     def _backoff(self, rt: DeviceRuntime) -> float:
         delay = min(self.config.backoff_max_s, self.config.backoff_min_s * 2.0 ** rt.failures)
         rt.failures += 1
@@ -282,7 +378,8 @@ class DeviceReconciler:
     # ---- status ---------------------------------------------------------------------------------------------
 
     def _status(self, rt: DeviceRuntime, body: Body, result: Plan | None,
-                interlocked: tuple[InterlockedTarget, ...] | None = None) -> DeviceStatus:
+                interlocked: tuple[InterlockedTarget, ...] | None = None, lease_held: str | None = None
+                ) -> DeviceStatus:
         """interlocked: the targets held now; None (not judged this time): those on record stay held."""
         previous = parse(body.get("status"))
         if interlocked is None:
@@ -308,6 +405,8 @@ class DeviceReconciler:
             verdict=sync_verdict(result, bool(rt.online), rt.failures) if accepted and result is not None else None,
             interlocks=self._guarding(body),
             interlocked=interlocked,
+            failsafe=self._failsafe_condition(rt, body) if accepted else None,
+            lease_held=lease_held,
         )
         return device_status(observed, previous, _now())
 
@@ -394,6 +493,18 @@ def _generation(body: Body) -> int | None:
 def _cause(body: Body) -> str:
     intent = (body["metadata"].get("annotations") or {}).get("corral.dev/intent")
     return f"intent {intent}" if intent else f"spec change (generation {_generation(body)})"
+
+
+def _too_old_note(actuator: str, value: object, age_s: float, max_age_s: float) -> str:
+    return (f"spec.target.{actuator}={as_json(value)} was set {_duration(age_s)} ago, longer than the re-drive age "
+            f"({_duration(max_age_s)}, corral run --redrive-max-age): it is not driven again by itself. Set it anew "
+            "to drive it: an Intent for it, or a change to spec.target.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _now() -> datetime:

@@ -155,6 +155,8 @@ class Ingest:
     def _on_ack(self, rt: DeviceRuntime, payload: bytes) -> None:
         ack = messages.parse_ack(payload)
         self._touch(rt)
+        if ack.state:
+            rt.failsafe = dict(ack.failsafe)  # every ack carries the full state, and which of it is a failsafe's
         self.driver.on_ack(rt.device_id, ack)
 
     def _on_telemetry(self, rt: DeviceRuntime, payload: bytes) -> None:
@@ -171,11 +173,16 @@ class Ingest:
         event = messages.parse_event(payload)
         self._touch(rt)
         if event.state is not None:
-            # The device reports its whole state after a local change or a restart.
+            # The device reports its whole state after a local change, a restart or a failsafe.
+            rt.failsafe = dict(event.failsafe)
             changed = rt.report(dict(event.state))
-            self.notices.state_changed(rt, changed, f"the device reported its state ({event.event})")
+            cause = f"the device reported its state ({event.value})"
+            if event.value == "failsafe":
+                cause += ": " + "; ".join(r.cause(a) for a, r in sorted(event.failsafe.items()))
+            self.notices.state_changed(rt, changed, cause)
             self.queue.add(rt.device_id)
 
     @staticmethod
     def _touch(rt: DeviceRuntime) -> None:
         rt.last_seen = datetime.now(UTC)
+

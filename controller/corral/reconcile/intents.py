@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from corral.api.approval import ApprovalStatus
 from corral.api.base import Condition
 from corral.api.codes import API_VERSION, CANCEL_ANNOTATION, FINAL_PHASES, DecisionCode, event_reason, phase_of
-from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_VERB, IntentStatus
+from corral.api.intent import LEASE_ACTIONS, OVERLAY_ACTIONS, OVERLAY_VERB, IntentStatus
 from corral.audit.chain import AuditRecord
 from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
 from corral.audit.events import EventRecorder, ObjectRef
@@ -51,6 +51,7 @@ from corral.decide.decision import (
     Observation,
     Policy,
     decide,
+    lease_verb,
     recheck,
 )
 from corral.decide.grants import GrantView
@@ -62,7 +63,9 @@ from corral.reconcile.driver import DeviceRefused, Superseded
 from corral.reconcile.grants import Grants
 from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import FieldConflict, Kube
+from corral.reconcile.leases import Leases, LeaseTaken
 from corral.reconcile.notices import device_ref
+from corral.reconcile.pauses import AgentPauses
 from corral.reconcile.port import DevicePort, DeviceView
 from corral.reconcile.workqueue import Result, WorkQueue
 
@@ -102,8 +105,11 @@ class IntentReconciler:
     def __init__(self, settings: IntentSettings, kube: Kube, access: AccessReviews, recorder: EventRecorder,
                  devices: DevicePort, audit: AuditLog, recorded: DecisionIndex,
                  interlocks: Interlocks | None = None, on_awaiting: Callable[[Body], None] | None = None,
-                 grants: Grants | None = None) -> None:
+                 grants: Grants | None = None, leases: Leases | None = None,
+                 pauses: AgentPauses | None = None) -> None:
         self.settings = settings
+        self.pauses = pauses  # the agents kill switch of each namespace (None: agents are never paused)
+        self.leases = leases  # exclusive control of Devices (None: no Lease objects are watched, none hold)
         self.grants = grants if grants is not None else Grants(kube, access)
         self.on_awaiting = on_awaiting  # told once when an Intent starts waiting for a person (notifications)
         self.interlocks = interlocks  # the cross-device rules, judged in _guards
@@ -152,6 +158,12 @@ class IntentReconciler:
             for key in sorted(self._awaiting):
                 if key[0] == namespace:
                     self.decisions.add(key)  # a new grant may cover what waits
+
+    def on_pause_change(self, namespace: str) -> None:
+        """Agents were paused or resumed there: what is not decided yet is decided again (a pause ends it)."""
+        for key, body in self.intents.items():
+            if key[0] == namespace and (body.get("status") or {}).get("phase") not in FINAL_PHASES:
+                self.decisions.add(key)
 
     def prime(self, intents: list[Body]) -> None:
         """Before the device side starts: Intents that were executing when the controller stopped pin their
@@ -231,6 +243,9 @@ class IntentReconciler:
                 break
             grants = [g for g in grants if g.name != decision.grant]  # used up or revoked meanwhile: the next one
         await self._refuse(body, decision.refused)
+        if self.leases is not None and not spec.get("dryRun") and facts.action != "release":
+            # Any call by the holder that touches the Device keeps its lease: the idle TTL starts again.
+            await self.leases.renew(namespace, spec["device"], facts.requester, facts.holder_id)
         base = {"params_hash": digest, "risk": decision.risk, "level": decision.level}
         if spec.get("dryRun"):
             return await self._dry_run(body, view, decision, base)
@@ -261,6 +276,8 @@ class IntentReconciler:
         if facts.action in OVERLAY_ACTIONS:
             assert view is not None
             return await self._set_overlay(body, view, decision, base)
+        if facts.action in LEASE_ACTIONS:
+            return await self._lease(body, view, decision, base)
         self._hand_over(key, body, decision)
         return Result.done()
 
@@ -297,6 +314,42 @@ class IntentReconciler:
         return await self._finish(body, view, "EXECUTED", f"Overlay of {spec['device']} set: {what}.",
                                   {**base, "before": {field_name: before}, "after": {field_name: text}})
 
+    async def _lease(self, body: Body, view: DeviceView | None, decision: Decision, base: dict[str, Any]) -> Result:
+        """Take, give back or break the Device's lease, as the checks allowed: the controller writes the Lease."""
+        spec, namespace = body["spec"], body["metadata"]["namespace"]
+        device, who, holder_id = spec["device"], spec["requester"], spec.get("holderId")
+        if self.leases is None:
+            return await self._finish(body, view, "FAILED", "This controller keeps no leases.", base)
+        try:
+            if spec["action"] == "acquire":
+                assert isinstance(decision.value, int)
+                lease = await self.leases.acquire(namespace, device, who, holder_id, decision.value, spec["reason"])
+                message = (f"Device {device} is leased to {lease.who()} until {lease.expires_at:%H:%M:%S} UTC; every "
+                           f"call of yours renews it, and it ends after {decision.value} s without one.")
+                self.audit.note("lease.acquired", f"{namespace}/{device}", {
+                    "holder": who, "holderId": holder_id, "ttlSeconds": decision.value, "reason": spec["reason"],
+                    "intent": _name(body)})
+            elif spec["action"] == "release":
+                await self.leases.release(namespace, device, who, holder_id)
+                message = f"The lease of Device {device} is given back."
+                self.audit.note("lease.released", f"{namespace}/{device}", {"holder": who, "holderId": holder_id,
+                                                                           "intent": _name(body)})
+            else:
+                broken = await self.leases.break_(namespace, device, who, spec["reason"])
+                if broken is None:
+                    return await self._finish(body, view, "EXECUTED", f"Device {device} has no lease; nothing to "
+                                                                      "break.", base)
+                message = f"The lease of {broken.who()} on Device {device} is broken: {spec['reason']}"
+                self.audit.note("lease.broken", f"{namespace}/{device}", {
+                    "holder": broken.holder, "holderId": broken.holder_id, "by": who, "reason": spec["reason"],
+                    "intent": _name(body)})
+        except LeaseTaken as taken:
+            return await self._finish(body, view, "DENY_LEASED", str(taken), base)
+        except ApiError as err:
+            return await self._finish(body, view, "FAILED", f"The Lease could not be written: {err.status} "
+                                                            f"{err.message}", base)
+        return await self._finish(body, view, "EXECUTED", message, base)
+
     def _evidence(self, facts: IntentFacts, device: DeviceFacts) -> Evidence:
         own = device.device_id or ""
         return self.devices.evidence((o.device_id or own, o.metric, o.ts_ms) for o in facts.based_on)
@@ -305,6 +358,8 @@ class IntentReconciler:
                              groups: list[str] | None) -> bool:
         if facts.action in OVERLAY_ACTIONS:
             return await self.access.may(facts.requester, OVERLAY_VERB, namespace, facts.device, groups)
+        if facts.action in LEASE_ACTIONS:
+            return await self.access.may(facts.requester, lease_verb(facts.action), namespace, facts.device, groups)
         if device.contract is None:
             return False
         actuator = device.contract.actuator(facts.actuator)
@@ -503,23 +558,29 @@ class IntentReconciler:
 
     def _guards(self, body: Body, view: DeviceView | None) -> Guards:
         """The safety envelope around the Intent's device now: its contract hold and the interlocks that guard this
-        action, judged now (leases, pause: later). Reads and overlay text set no target: no interlock guards them."""
+        action, judged now, its lease, and whether agents are paused in its namespace. Reads and overlay text set no
+        target: no interlock guards them."""
         hold = view.hold if view is not None else None
         spec = body["spec"]
-        if self.interlocks is None or view is None or spec["action"] == "read" or spec["action"] in OVERLAY_ACTIONS:
-            return Guards(hold=hold)
+        paused = self.pauses.paused(body["metadata"]["namespace"]) if self.pauses is not None else None
+        lease, broken = (self.leases.guard(body["metadata"]["namespace"], spec["device"]) if self.leases is not None
+                         else (None, None))
+        if (self.interlocks is None or view is None or spec["action"] == "read" or spec["action"] in OVERLAY_ACTIONS
+                or spec["action"] in LEASE_ACTIONS):
+            return Guards(hold=hold, lease=lease, broken=broken, paused=paused)
         checked = _checked_value(view, spec)
         value = checked if checked is not None else (spec.get("params") or {}).get("value")
         verdicts = self.interlocks.verdicts(body["metadata"]["namespace"], view.body, spec["actuator"], value,
                                             self.devices.view)
-        return Guards(hold=hold, interlocks=verdicts)
+        return Guards(hold=hold, interlocks=verdicts, lease=lease, broken=broken, paused=paused)
 
     async def _recheck(self, body: Body, view: DeviceView) -> Decision | None:
         """Scope, pause, hold, interlocks and lease, once more: an approval may have taken minutes."""
         facts, device_facts = _facts(body, view)
         requester_may = await self._requester_may(facts, device_facts, body["metadata"]["namespace"],
                                                   body["spec"].get("requesterGroups"))
-        return recheck(facts, device_facts, requester_may, datetime.now(UTC), self._guards(body, view))
+        return recheck(facts, device_facts, requester_may, datetime.now(UTC), self._guards(body, view),
+                       self.settings.policy)
 
     async def _await_device(self, body: Body, view: DeviceView, reached: asyncio.Future[dict[str, Any]], value: Any,
                             resumed: bool, command_id: str) -> None:
@@ -689,6 +750,7 @@ def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFact
         created_at=_parse_time(meta["creationTimestamp"]),
         based_on=tuple(Observation(o["metric"], o["ts"], o.get("deviceId")) for o in spec.get("basedOn") or []),
         cancelled=(meta.get("annotations") or {}).get(CANCEL_ANNOTATION),
+        holder_id=spec.get("holderId"),
     )
     device = DeviceFacts(
         exists=view is not None and view.exists,

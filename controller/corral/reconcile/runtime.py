@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.contract.model import Contract
+from corral.devices.messages import FailsafeReport
 from corral.devices.telemetry import EarlyWrites, SensorBuffer
 
 # The latest `info` and `status` of device ids the controller does not drive yet: an id no Device binds
@@ -49,6 +50,8 @@ class DeviceRuntime:
     reported: dict[str, Any] = field(default_factory=dict)
     # True once `reported` came from the device since it last came online.
     state_known: bool = False
+    # Actuators the firmware moved to their failsafe value (heartbeat lost), as its last full report said.
+    failsafe: dict[str, FailsafeReport] = field(default_factory=dict)
     buffer: SensorBuffer = field(default_factory=SensorBuffer)
     # Actuators that reached their target for (uid, generation, epoch); a later difference is drift.
     reached_for: tuple[str, int, int] | None = None

@@ -56,6 +56,8 @@ class Observed:
     device: str = ""  # the Device's name, for what people are told to run
     interlocks: tuple[GuardingInterlock, ...] = ()  # the rules that guard the device
     interlocked: tuple[InterlockedTarget, ...] = ()  # targets an interlock forbade: not driven
+    failsafe: tuple[str, str] | None = None  # (reason, message) while actuators sit at failsafe values
+    lease_held: str | None = None  # targets not driven while another holds the Device's lease: what the condition says
 
 
 def parse(status: Mapping[str, Any] | None) -> DeviceStatus | None:
@@ -78,6 +80,10 @@ def sync_verdict(result: Plan | None, online: bool, failures: int) -> Verdict:
         return Verdict(False, "Unknown", "Not planned yet.")
     if result.invalid:
         return Verdict(False, "InvalidTarget", "; ".join(f"{a}: {why}" for a, why in sorted(result.invalid.items())))
+    if result.left:
+        return Verdict(False, "FailsafeTargetTooOld",
+                       f"{', '.join(result.left)} stayed at the failsafe value: the target is older than the "
+                       "re-drive age and is not driven again by itself (condition Failsafe).")
     if result.drifted:
         return Verdict(False, "Drifted",
                        f"{', '.join(result.drifted)} changed on the device; drift policy Observe leaves it.")
@@ -119,6 +125,16 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
             wanted.append(Wanted("Interlocked", "False", "NoTargetHeld",
                                  f"Guarded by {', '.join(i.name for i in observed.interlocks)}; no target is held.",
                                  generation))
+        if observed.lease_held:
+            wanted.append(Wanted("Leased", "True", "TargetHeldForLease", observed.lease_held, generation))
+            if verdict.in_sync:
+                verdict = Verdict(False, "Leased", observed.lease_held)
+        elif any(c.type == "Leased" and c.status == "True" for c in (previous.conditions if previous else [])):
+            wanted.append(Wanted("Leased", "False", "LeaseEnded", "No target is held for a lease.", generation))
+        if observed.failsafe is not None:
+            wanted.append(Wanted("Failsafe", "True", observed.failsafe[0], observed.failsafe[1], generation))
+        elif any(c.type == "Failsafe" and c.status == "True" for c in (previous.conditions if previous else [])):
+            wanted.append(Wanted("Failsafe", "False", "Cleared", "No actuator sits at its failsafe value.", generation))
         in_sync = verdict.in_sync
         wanted.append(Wanted("ContractValid", "True", "Accepted", f"Capability {observed.capability}", generation))
         wanted.append(Wanted("InSync", "True" if in_sync else "False", verdict.reason, verdict.message, generation))

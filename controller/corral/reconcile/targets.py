@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any, Protocol
 
 from corral.api.codes import INTENTS_MANAGER
@@ -44,6 +45,21 @@ def owned_target(device: Body, manager: str = INTENTS_MANAGER) -> dict[str, Any]
             if name.startswith("f:") and key in target:
                 owned[key] = target[key]
     return owned
+
+
+def target_set_at(device: Body, actuator: str) -> datetime | None:
+    """When spec.target[actuator] was last set, as the API server's managedFields tell it: the newest time of a
+    field manager that owns it. A manager's time moves whenever it changes the Device at all, so this is never
+    earlier than the true moment (a target looks younger, never older). None when no entry says."""
+    times = []
+    for entry in device["metadata"].get("managedFields") or []:
+        fields = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:target") or {}
+        if f"f:{actuator}" in fields and entry.get("time"):
+            try:
+                times.append(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")))
+            except ValueError:
+                continue
+    return max(times) if times else None
 
 
 def intent_target(device: Body, actuator: str, value: Any) -> dict[str, Any]:

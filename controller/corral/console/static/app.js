@@ -49,6 +49,17 @@
     $("notice").hidden = !text;
   }
 
+  // Where agents are paused (the kill switch): a banner above everything, as text.
+  function paused(notices) {
+    const list = $("paused");
+    list.replaceChildren(...(notices || []).map((n) => {
+      const li = document.createElement("li");
+      li.textContent = n.message;
+      return li;
+    }));
+    list.hidden = list.children.length === 0;
+  }
+
   function stop() {
     generation += 1;
     if (timer !== null) clearTimeout(timer);
@@ -86,6 +97,7 @@
     stop();
     cards.clear();
     $("items").replaceChildren();
+    paused([]);
     const session = await call("GET", "/api/session");
     signIn(session.ok ? session.data.csrf : "");
     notice(message || "Your session ended: sign in again.");
@@ -256,6 +268,7 @@
       return later(pollList);
     }
     notice("");
+    paused(answer.data.paused);
     const problems = $("problems");
     problems.replaceChildren(...answer.data.problems.map((p) => {
       const li = document.createElement("li");
@@ -299,6 +312,7 @@
       return;
     }
     notice("");
+    paused(answer.data.paused);
     const item = answer.data.intent;
     let card = holder.firstElementChild;
     if (!card || card.dataset.key !== keyOf(item)) {
