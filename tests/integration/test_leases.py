@@ -26,7 +26,14 @@ from corral.devcluster.plane import Plane
 from corral.reconcile.leases import lease_name, parse
 from tests.controller_harness import CORRAL, ControllerProcess, device, set_target
 from tests.fleet_harness import running_fleet
-from tests.gateway_harness import capabilities_readable, grant_agent, kubeconfig_for, stdio_client
+from tests.gateway_harness import (
+    HttpGateway,
+    capabilities_readable,
+    grant_agent,
+    http_client,
+    kubeconfig_for,
+    stdio_client,
+)
 from tests.harness import api_client, fresh_namespace, grant, kubectl, person_user, token_of, wait_for
 
 pytestmark = pytest.mark.integration
@@ -42,6 +49,7 @@ class Bedroom:
     kubeconfigs: dict[str, Path]
     agent_b: kubernetes.client.ApiClient
     controller: ControllerProcess
+    tokens: dict[str, str]
 
     def user(self, who: str) -> str:
         return f"system:serviceaccount:{self.namespace}:{who}"
@@ -96,7 +104,7 @@ def bedroom(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_fact
                 wait_for(lambda: (device(corral_api, namespace, AC).get("status") or {}).get("inSync"),
                          "the air conditioner registered", timeout_s=30)
                 yield Bedroom(plane, namespace, corral_api, kubeconfigs, api_client(plane, token=tokens["agent-b"]),
-                              controller)
+                              controller, tokens)
             finally:
                 controller.stop()
 
@@ -205,3 +213,19 @@ def test_a_target_a_person_applies_to_a_leased_device_waits_for_the_lease_to_end
     wait_for(lambda: (device(bedroom.admin, bedroom.namespace, AC).get("status") or {}).get("reported", {}).get(
         "fan_speed") == "high", "the held target driven once the lease ended", timeout_s=15)
     assert (condition() or {}).get("status") == "False"
+
+
+def test_a_handshake_era_http_session_that_ends_gives_its_lease_back(bedroom: Bedroom, tmp_path: Path) -> None:
+    gateway = HttpGateway(bedroom.plane, bedroom.namespace, tmp_path / "gateway.log")
+    try:
+        async def session() -> str:
+            async with http_client(gateway.url, bedroom.tokens["agent-a"], mode="legacy") as a:
+                taken = await a.call_tool("iot.acquire", {"device_id": f"{bedroom.namespace}/{AC}", "reason": "http"})
+                assert taken.structured_content["code"] == "EXECUTED", taken.structured_content
+                return str(taken.structured_content["holder"])
+        holder = run(session())  # the client ends its session (DELETE) on the way out
+        assert holder.startswith("mcp-")
+        wait_for(lambda: bedroom.lease() is None or parse(bedroom.lease() or {})[0] is None,
+                 "the HTTP session's lease to end with it", timeout_s=10)
+    finally:
+        gateway.stop()

@@ -37,7 +37,7 @@ from corral.api.codes import GATEWAY_AUDIENCE
 from corral.audit.component import Audit
 from corral.gateway import readings
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
-from corral.gateway.server import Gateway, RateLimit, instructions, paused_text
+from corral.gateway.server import Gateway, RateLimit, instructions, paused_text, session_holder
 from corral.gateway.view import Views, nothing_visible_note
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,25 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
     assert isinstance(inner, Route) and isinstance(inner.endpoint, RequireAuthMiddleware)
     app.router.routes[guarded[0]] = Route(path, endpoint=RequireToken(inner.endpoint, verifier), methods=inner.methods)
     app.state.gateway = gateway  # serve_http closes what it holds open
+    _release_leases_when_sessions_end(gateway)
     return app
+
+
+def _release_leases_when_sessions_end(gateway: Gateway) -> None:
+    """A handshake-era HTTP session that ends (the client's DELETE, its idle timeout) gives its leases back.
+
+    The SDK's session manager has no hook for a session's end, so its one place where every session ends is
+    wrapped; `mcp` is pinned exactly, and tests/integration/test_leases.py fails if this stops working."""
+    manager = getattr(gateway.server, "_session_manager", None)
+    discard = getattr(manager, "_discard_session", None)
+    if manager is None or discard is None:
+        raise RuntimeError("the MCP SDK's session manager changed: leases could not end with their HTTP session")
+
+    async def discarded(session_id: str, transport: Any) -> None:
+        await discard(session_id, transport)
+        await gateway.release_held(session_holder(session_id))
+
+    manager._discard_session = discarded
 
 
 async def serve_http(app: Starlette, host: str, port: int, audit: Audit | None = None) -> None:

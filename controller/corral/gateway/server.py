@@ -76,7 +76,12 @@ def holder_of(ctx: ServerRequestContext[Any, Any], given: Any) -> str | None:
     if request is None:
         return STDIO_HOLDER
     session = getattr(request, "headers", {}).get("mcp-session-id")
-    return f"mcp-{re.sub(r'[^A-Za-z0-9._:-]', '', session)[:120]}" if session else None
+    return session_holder(session) if session else None
+
+
+def session_holder(session_id: str) -> str:
+    """The holder id of a handshake-era HTTP session's leases."""
+    return f"mcp-{re.sub(r'[^A-Za-z0-9._:-]', '', session_id)[:120]}"
 
 
 class GatewayServer(Server[Any]):
@@ -389,9 +394,14 @@ class Gateway:
         return _ok(result) if outcome["code"] in ("EXECUTED", "DEDUP") else _refusal(outcome["code"],
                                                                                      outcome["message"], result)
 
-    async def release_held(self) -> None:
-        """The session ends: every lease it took through this gateway is given back (release Intents)."""
-        for (_, namespace, name, holder), view in list(self.held.items()):
+    async def release_held(self, holder_of_session: str | None = None) -> None:
+        """A session ends: the leases it took through this gateway are given back (release Intents); without
+        `holder_of_session`, every lease (a stdio gateway's one session)."""
+        for key, view in list(self.held.items()):
+            _, namespace, name, holder = key
+            if holder_of_session is not None and holder != holder_of_session:
+                continue
+            self.held.pop(key, None)
             spec = {"device": name, "actuator": "lease", "action": "release", "reason": "the MCP session ended",
                     "requester": view.username or "", **({"holderId": holder} if holder else {}),
                     **({"requesterGroups": list(view.groups)} if view.groups else {})}
@@ -399,7 +409,6 @@ class Gateway:
                 await submit_async(view.follower.api, namespace, f"mcp-release-{secrets.token_hex(8)}", spec)
             except ApiError as err:
                 log.warning("could not give back the lease of %s/%s at the session's end: %s", namespace, name, err)
-        self.held.clear()
 
     async def _set_overlay(self, view: CallerView, tool: str, args: dict[str, Any]) -> types.CallToolResult:
         """An Intent like any other (action set_alias, set_note or set_location); the controller writes it."""

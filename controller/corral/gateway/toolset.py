@@ -259,8 +259,8 @@ def _lease_tools(device_id: dict[str, Any]) -> list[dict[str, Any]]:
         _tool("iot.acquire", "Take exclusive control of a device",
               "While you hold a device's lease, nobody else's requests act on it (they get DENY_LEASED with your "
               "name and reason); reads stay open to all. Every call of yours on the device renews it; it ends after "
-              "ttl_s seconds without one (default 300), when you call iot.release, when a person breaks it, or, "
-              "over stdio and handshake-era HTTP, when this session ends.",
+              "ttl_s seconds without one (default 300), when you call iot.release, when a person breaks it, or "
+              "when this MCP session ends (stdio and handshake-era HTTP have sessions; 2026-07-28 has none).",
               {"type": "object", "properties": {
                   "device_id": device_id, "ttl_s": {"type": "integer", "minimum": 1, "maximum": 3600},
                   "reason": _REASON, "holder": _HOLDER, "request_id": _REQUEST_ID},
