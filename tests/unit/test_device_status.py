@@ -182,4 +182,5 @@ def test_a_target_held_for_someone_elses_lease_is_said_and_the_condition_ends_wi
     assert conditions(held)["InSync"] == ("False", "Leased") and held.in_sync is False
     ended = device_status(observed(), held, T0 + timedelta(seconds=5))
     assert conditions(ended)["Leased"] == ("False", "LeaseEnded") and ended.in_sync is True
+    assert conditions(device_status(observed(), ended, T0 + timedelta(seconds=9)))["Leased"] == ("False", "LeaseEnded")
     assert "Leased" not in conditions(device_status(observed(), None, T0))  # never leased: no such condition

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -145,27 +145,14 @@ class Controller:
         # A changed contract is judged against the accepted one, which a Capability holds.
         await self.capabilities.prime()
         self.capabilities.start()
-        # Every Interlock before anything is decided or driven: a rule not yet read must not be a rule missed.
-        self.interlocks.start()
-        try:
-            await asyncio.wait_for(self.interlocks.synced.wait(), 60)
-        except TimeoutError:
-            raise RuntimeError("the Interlocks could not be listed within 60 s: is the CRD interlocks.corral.dev "
-                               "installed, and may the controller list and watch interlocks?") from None
-        # And whether agents are paused: a pause not yet read must not be a pause missed.
-        self.pauses.start()
-        try:
-            await asyncio.wait_for(self.pauses.synced.wait(), 60)
-        except TimeoutError:
-            raise RuntimeError("the AgentPauses could not be listed within 60 s: is the CRD agentpauses.corral.dev "
-                               "installed, and may the controller list and watch agentpauses?") from None
-        # Every lease too: a lease not yet read must not be a lease missed.
-        self.leases.start()
-        try:
-            await asyncio.wait_for(self.leases.synced.wait(), 60)
-        except TimeoutError:
-            raise RuntimeError("the Leases could not be listed within 60 s: may the controller list and watch leases "
-                               "(coordination.k8s.io)?") from None
+        # Every Interlock, pause and lease before anything is decided or driven: a rule, a pause or a lease not
+        # yet read must not be one missed.
+        await _listed(self.interlocks.start, self.interlocks.synced, "Interlocks",
+                      "is the CRD interlocks.corral.dev installed, and may the controller list and watch interlocks?")
+        await _listed(self.pauses.start, self.pauses.synced, "AgentPauses",
+                      "is the CRD agentpauses.corral.dev installed, and may the controller list and watch agentpauses?")
+        await _listed(self.leases.start, self.leases.synced, "Leases",
+                      "may the controller list and watch leases (coordination.k8s.io)?")
         if self.accounts is not None and self.enrollments is not None:
             # The enrollments first: the first thing the controller tells a fresh broker is who may connect.
             self.enrollments.start()
@@ -269,3 +256,12 @@ class Controller:
         if self.accounts is not None:
             self.accounts.on_connected()
         self.ingest.on_connected()
+
+
+async def _listed(start: Callable[[], None], synced: asyncio.Event, what: str, hint: str) -> None:
+    """Start a watch and wait for its first list of every namespace; a clear error when it never comes."""
+    start()
+    try:
+        await asyncio.wait_for(synced.wait(), 60)
+    except TimeoutError:
+        raise RuntimeError(f"the {what} could not be listed within 60 s: {hint}") from None

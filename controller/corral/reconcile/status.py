@@ -129,7 +129,7 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
             wanted.append(Wanted("Leased", "True", "TargetHeldForLease", observed.lease_held, generation))
             if verdict.in_sync:
                 verdict = Verdict(False, "Leased", observed.lease_held)
-        elif any(c.type == "Leased" and c.status == "True" for c in (previous.conditions if previous else [])):
+        elif any(c.type == "Leased" for c in (previous.conditions if previous else [])):  # once there, it stays
             wanted.append(Wanted("Leased", "False", "LeaseEnded", "No target is held for a lease.", generation))
         if observed.failsafe is not None:
             wanted.append(Wanted("Failsafe", "True", observed.failsafe[0], observed.failsafe[1], generation))
