@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -57,26 +58,22 @@ def test_every_core_module_imports_on_micropython() -> None:
 
 
 def test_the_core_tests_pass_on_micropython() -> None:
-    result = run_micropython("--tests", str(REPO / "tests" / "unit" / "test_firmware_core.py"))
-    output = result.stdout + result.stderr
-    lines = result.stdout.splitlines()
-    assert lines and lines[0].startswith("IMPLEMENTATION micropython"), output
-    failed = [line for line in lines if line.startswith("FAIL ")]
-    assert not failed, output
-    passed = {line.split()[1] for line in lines if line.startswith("PASS ")}
-    expected = {name for name in dir(test_firmware_core) if name.startswith("test_")}
-    assert passed == expected, f"ran on MicroPython: {sorted(passed)}; in the file: {sorted(expected)}"
-    assert result.returncode == 0, output
+    _every_test_passes_on_micropython(test_firmware_core)
 
 
 def test_the_failsafe_tests_pass_on_micropython() -> None:
     """The heartbeat countdown and the failsafe (test_firmware_failsafe.py), on the interpreter boards run."""
-    result = run_micropython("--tests", str(REPO / "tests" / "unit" / "test_firmware_failsafe.py"))
+    _every_test_passes_on_micropython(test_firmware_failsafe)
+
+
+def _every_test_passes_on_micropython(module: ModuleType) -> None:
+    """Load the test module's file on MicroPython and run each of its test_* functions there: all pass."""
+    result = run_micropython("--tests", str(Path(str(module.__file__))))
     output = result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines and lines[0].startswith("IMPLEMENTATION micropython"), output
     assert not [line for line in lines if line.startswith("FAIL ")], output
     passed = {line.split()[1] for line in lines if line.startswith("PASS ")}
-    expected = {name for name in dir(test_firmware_failsafe) if name.startswith("test_")}
+    expected = {name for name in dir(module) if name.startswith("test_")}
     assert passed == expected, f"ran on MicroPython: {sorted(passed)}; in the file: {sorted(expected)}"
     assert result.returncode == 0, output
