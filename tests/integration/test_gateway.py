@@ -131,7 +131,10 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
         tokens[who] = gateway_token(corral_api, account_ns, account)  # for the HTTP gateway; the API server too
         kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
         wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
-    with capabilities_readable(corral_api, namespace, *tokens), running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
+    # No periodic readings: a new rssi value changes a Device every few seconds, and these tests count the
+    # notices of changes they make themselves.
+    with capabilities_readable(corral_api, namespace, *tokens), \
+            running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace), telemetry_interval_s=3600) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
                                        "--intent-timeout", "4", "--approval-window", "60")
         controller.start()
