@@ -41,6 +41,7 @@ from corral.devcluster import broker, files
 from corral.devcluster.plane import DevPlane, Plane, find_mosquitto
 from corral.devcluster.processes import accepts_connections, free_port
 from tests.broker_harness import dynsec_at
+from tests.chart_readme import controller_rights
 from tests.controller_harness import CORRAL
 from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
@@ -314,6 +315,32 @@ def test_the_audit_log_is_read_with_the_audit_verb(helm: Helm) -> None:
         {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "resourceNames": ["corral-controller"],
          "verbs": ["get", "update"]},
         {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "verbs": ["create"]}]
+
+
+def test_the_readme_lists_every_right_of_the_controller(helm: Helm) -> None:
+    docs = render(helm, "signing.keysSecret=signing-keys")
+    roles = [d for d in docs if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"].startswith(
+        f"{RELEASE}-controller")]
+    granted: dict[tuple[str, str, bool], set[str]] = {}
+    for rule in (rule for role in roles for rule in role["rules"]):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group or '""', resource, "resourceNames" in rule), set()).update(rule["verbs"])
+    assert controller_rights() == granted
+
+
+def test_the_approval_page_is_reached_only_on_its_port_and_reaches_only_the_api_server(helm: Helm) -> None:
+    ingress_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}}}
+    docs = render(helm, "console.enabled=true", "networkPolicy.enabled=true", "networkPolicy.egress.restrict=true",
+                  "networkPolicy.consoleFrom[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=ingress-nginx")
+    policy = find(docs, "NetworkPolicy", f"{RELEASE}-console")["spec"]
+    pod_labels = find(docs, "Deployment", f"{RELEASE}-console")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}], "from": [ingress_pods]}]
+    egress_ports = {p["port"] for rule in policy["egress"] for p in rule["ports"]}
+    assert egress_ports == {53, 443, 6443}, "DNS and the API server; never the broker"
+    assert not [d for d in render(helm, "networkPolicy.enabled=true")
+                if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == f"{RELEASE}-console"]
 
 
 def test_the_bundled_broker_admits_only_its_accounts_over_tls(helm: Helm, tmp_path: Path) -> None:
