@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.contract.model import Contract
+from corral.contract.model import Actuator, Contract
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
 from corral.gateway.toolset import (
     ENUM_LIMIT,
@@ -213,6 +213,16 @@ def test_query_shows_sensors_only_with_listen_and_ages_them() -> None:
     assert with_listen["sensors"]["temperature"] == {"value": 21.5, "unit": "°C", "ts": 1796040000000, "age_s": 3.0}
     assert seen("kitchen", {"read"}).detail(now)["sensors"] == {}
     assert Access().levels("home", "kitchen") == frozenset()
+
+
+def test_query_says_what_an_actuator_falls_back_to_without_the_controller() -> None:
+    heater = {"id": "heater", "name": "Heater", "type": "bool", "action": "set_state", "risk": "medium",
+              "level": "write", "failsafe": {"value": False, "delay_s": 30}}
+    contract = CONTRACT.model_copy(update={"actuators": [*CONTRACT.actuators, Actuator.model_validate(heater)]})
+    device = VisibleDevice("home", "kitchen", seen("kitchen", set()).body, contract, frozenset({"read", "write"}))
+    actions = {a["actuator"]: a for a in device.detail(datetime(2026, 11, 30, 12, tzinfo=UTC))["actions"]}
+    assert actions["heater"]["failsafe"] == {"value": False, "delay_s": 30}
+    assert "failsafe" not in actions["light"], "no failsafe: nothing said"
 
 
 def test_overlay_text_never_reaches_a_tool_definition_even_with_device_tools() -> None:

@@ -131,6 +131,10 @@ def action_of(actuator: Actuator) -> dict[str, Any]:
         "risk": actuator.risk,
         "level": actuator.level,
         "description": actuator.description,
+        # What the device does by itself when it stops hearing the controller: an agent planning around an
+        # outage (or wondering why a heater went off) needs it.
+        **({"failsafe": {"value": actuator.failsafe.value, "delay_s": actuator.failsafe.delay_s}}
+           if actuator.failsafe is not None else {}),
     }
 
 
