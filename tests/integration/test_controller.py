@@ -42,6 +42,7 @@ from tests.fleet_harness import (
     announce,
     enroll_devices,
     hardware_applies,
+    hardware_applies_at,
     on_fleet,
     played_thermometers,
     publish,
@@ -92,10 +93,11 @@ def test_every_enrolled_device_of_the_home_preset_comes_online_and_identical_dev
 def test_a_new_target_reaches_the_device_once_even_if_the_controller_is_killed_before_the_ack(
     plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, prefix: str, tmp_path: Path
 ) -> None:
-    # Acks are held back 2.5 s, so the controller can be killed after the device executed
-    # and before the controller heard about it.
+    # Acks are held back 3 s (under the controller's 4 s command timeout), so the controller can be killed
+    # after the device executed and before the controller heard about it.
+    ack_delay_s = 3.0
     fleet_devices = {"desk-light": "light", "desk-fan": "env_fan"}
-    with running_fleet(plane, prefix, fleet_devices, faults=Faults(ack_delay_ms=2500),
+    with running_fleet(plane, prefix, fleet_devices, faults=Faults(ack_delay_ms=int(ack_delay_s * 1000)),
                        enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log")
         controller.start()
@@ -107,9 +109,15 @@ def test_a_new_target_reaches_the_device_once_even_if_the_controller_is_killed_b
 
             set_target(corral_api, namespace, "desk-light", {"power": True, "brightness": 40})
             set_target(corral_api, namespace, "desk-fan", {"fan": "high"})
-            # The fan executes as soon as the command arrives; its ack is still on the way.
-            wait_for(lambda: ("fan", "high") in hardware_applies(fleet, "desk-fan"), "the fan to execute", timeout_s=15)
+            # The fan executes as soon as the command arrives; its ack is still on the way. The Event is posted
+            # off the loop, so it is waited for: a SIGKILL may lose an Event (the audit log has the command).
+            executed_at = wait_for(lambda: next((at for a, v, at in hardware_applies_at(fleet, "desk-fan")
+                                                 if (a, v) == ("fan", "high")), None), "the fan to execute",
+                                   timeout_s=15)
+            wait_for(lambda: "CommandSent" in [e.reason for e in events(corral_api, namespace, "desk-fan")],
+                     "the CommandSent Event", timeout_s=ack_delay_s / 2)
             controller.kill()
+            assert time.monotonic() < executed_at + ack_delay_s, "killed before the device's ack left it"
             controller.start()
 
             wait_for(lambda: reported(corral_api, namespace, "desk-fan").get("fan") == "high",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from corral.devcluster.processes import ProcessRecord, is_ours, stop
+from corral.devcluster import processes
+from corral.devcluster.processes import ProcessRecord, free_port, is_ours, stop
 
 
 @pytest.fixture
@@ -44,3 +46,16 @@ def test_record_round_trips_through_json_and_rejects_garbage() -> None:
     assert ProcessRecord.from_json(record.to_json()) == record
     with pytest.raises(ValueError):
         ProcessRecord.from_json({"pid": "42", "argv": "mosquitto"})
+
+
+def test_free_ports_are_never_ones_an_outgoing_connection_could_take_meanwhile() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50, "a port is handed out once"
+    assert all(1024 <= port < low for port in ports), "below the ephemeral range"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        assert not processes._bindable(taken)
+    assert processes._bindable(ports[0])

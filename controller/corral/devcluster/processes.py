@@ -10,6 +10,7 @@ that. A record counts as ours only while /proc shows the same command line.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -101,10 +102,40 @@ def _reap(pid: int) -> None:
         pass
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PICK_FROM = 8000  # ports below the ephemeral range to pick from
+_handed_out: set[int] = set()
+_random = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port nothing listens on, for a server to be started on soon after.
+
+    It is taken below the kernel's ephemeral range: a port from that range can be given to any outgoing
+    connection (a fleet of 200 devices opens 200) between this check and the server's bind, which then fails
+    with "address already in use". A port is handed out once per process."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    for _ in range(100):
+        port = _random.randint(max(1024, low - _PICK_FROM), low - 1)
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded machine: any port the kernel gives
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    """Whether a server could listen on the port on every address (as the controller's health server does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def port_is_free(port: int) -> bool:
