@@ -271,3 +271,17 @@ def test_beats_come_every_interval_and_a_clean_stop_leaves_gone_in_place_of_the_
     assert site.controller.stop() == 0
     farewell = retained(site.plane, f"{site.prefix}/_corral/heartbeat").json()
     assert farewell["state"] == "gone" and farewell["ts"] > 0, "a clean DISCONNECT discards the Will: said itself"
+
+
+def test_a_failsafe_delay_of_too_few_heartbeats_is_a_warning_on_the_device(site: Site) -> None:
+    """Last in this module: it restarts the controller with a slower heartbeat (the heater may fail safe)."""
+    assert not site.event_notes("FailsafeTooSoon"), f"a {DELAY_S} s delay is {DELAY_S / INTERVAL_S:g} beats: enough"
+    site.controller.stop()
+    extra = site.controller.extra
+    site.controller.extra = (*extra, "--heartbeat-interval", "1.5")  # two beats in the heater's delay
+    try:
+        site.controller.start()
+        notes = wait_for(lambda: site.event_notes("FailsafeTooSoon"), "the FailsafeTooSoon Event", timeout_s=15)
+        assert "heater after 3 s" in notes[0] and "every 1.5 s" in notes[0], notes
+    finally:
+        site.controller.extra = extra

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from corral.contract.model import Contract
 from corral.contract.trust import widenings
-from corral.devices.heartbeat import Heartbeat
+from corral.devices.heartbeat import Heartbeat, failsafes_too_soon, too_soon_note
 from corral.devices.link import MqttLink
 from corral.devices.messages import parse_ack, parse_event
 from corral.devices.plan import PinnedCommand, plan
@@ -217,3 +217,14 @@ def test_only_a_target_older_than_the_redrive_age_is_left_at_its_failsafe_value(
     assert reason == "TargetTooOld" and "was set 2.0 h ago" in message and "Set it anew" in message
     reason, message = reconciler()._failsafe_condition(rt, young) or ("", "")
     assert reason == "FailsafeApplied" and "is driven again where the interlocks allow it" in message
+
+
+def test_a_failsafe_delay_of_fewer_than_three_heartbeats_is_named_with_what_to_change() -> None:
+    contract = heater_contract({"value": False, "delay_s": 5})
+    assert failsafes_too_soon(contract, 2.0) == {"heater": 5}, "2.5 beats: one lost beat and it trips"
+    assert failsafes_too_soon(contract, 5 / 3) == {}, "exactly three beats is enough"
+    assert failsafes_too_soon(heater_contract(), 30.0) == {}, "no failsafe, nothing to say"
+    note = too_soon_note({"heater": 5}, 2.0)
+    assert "heater after 5 s" in note and "every 2 s" in note
+    assert "--heartbeat-interval (chart failsafe.heartbeatSeconds) to at most 1.66667 s" in note
+

@@ -23,10 +23,14 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from corral.contract.model import Contract
 from corral.devices.accounts import heartbeat_topic
 from corral.devices.topics import Topics
 
 DEFAULT_INTERVAL_S = 2.0
+# A failsafe delay should span at least this many beats: one or two lost or late (a busy broker, Wi-Fi) must not
+# set an actuator to its failsafe value while the controller is there.
+BEATS_PER_FAILSAFE = 3
 ALIVE = "alive"
 GONE = "gone"
 
@@ -71,3 +75,18 @@ class Heartbeat:
     def farewell() -> str:
         """Retained before a clean DISCONNECT (which discards the Will)."""
         return _dumps({"state": GONE, "ts": _now_ms()})
+
+
+def failsafes_too_soon(contract: Contract, interval_s: float) -> dict[str, float]:
+    """Actuator id -> failsafe delay, for each delay shorter than BEATS_PER_FAILSAFE heartbeats of interval_s."""
+    return {a.id: a.failsafe.delay_s for a in contract.actuators
+            if a.failsafe is not None and a.failsafe.delay_s < BEATS_PER_FAILSAFE * interval_s}
+
+
+def too_soon_note(too_soon: dict[str, float], interval_s: float) -> str:
+    """What a person is told of failsafes_too_soon, and what to change."""
+    delays = ", ".join(f"{actuator} after {delay:g} s" for actuator, delay in sorted(too_soon.items()))
+    return (f"Failsafe delays shorter than {BEATS_PER_FAILSAFE} of the controller's heartbeats (every {interval_s:g} "
+            f"s): {delays}. One or two beats lost or late would set them to their failsafe values while the "
+            f"controller is there. Lower --heartbeat-interval (chart failsafe.heartbeatSeconds) to at most "
+            f"{min(too_soon.values()) / BEATS_PER_FAILSAFE:g} s, or build the firmware with a longer delay_s.")

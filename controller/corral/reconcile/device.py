@@ -34,6 +34,7 @@ from corral.audit.events import EventRecorder
 from corral.contract.values import same_value
 from corral.decide.decision import Lease
 from corral.devices.commands import CommandTimeout
+from corral.devices.heartbeat import failsafes_too_soon, too_soon_note
 from corral.devices.plan import Command, Plan, plan
 from corral.reconcile.cache import Body, DeviceCache, key_of
 from corral.reconcile.config import ControllerConfig
@@ -456,6 +457,12 @@ class DeviceReconciler:
                 rt.announced.add(f"contract/{rt.capability}")  # once per controller run
                 self.notices.fact("contract.in_force", body, {"capability": rt.capability,
                                                               "version": rt.contract.version})
+            too_soon = failsafes_too_soon(rt.contract, self.config.heartbeat_interval_s)
+            if too_soon:
+                note = too_soon_note(too_soon, self.config.heartbeat_interval_s)
+                log.warning("device %s: %s", rt.device_id, note)
+                self.notices.once(rt, body, f"failsafe-too-soon/{rt.capability}", "FailsafeTooSoon", "Observe",
+                                  note, "Warning")
         name = body["metadata"]["name"]
         if rt.hold:
             self.notices.once(rt, body, f"hold/{rt.capability}", "ContractHeld", "Hold",
