@@ -25,6 +25,18 @@ class ManualClock:
         self.now += delta_ms
         return self.now
 
+    def run_until(self, device, end_ms: int) -> None:
+        """Tick the device as its owner would (board.run), at the times it asks for, up to end_ms."""
+        while True:
+            wake = device.tick(self.now)
+            if wake <= self.now:
+                wake = self.now + 1
+            if wake > end_ms:
+                self.now = end_ms
+                device.tick(end_ms)
+                return
+            self.now = wake
+
 
 # Seconds between 1970-01-01 and 2000-01-01: ports whose time.time() counts from 2000 need it added.
 EPOCH_2000_S = 946684800

@@ -68,19 +68,6 @@ def command(device, command_id, cmd, actuator=None, value=None, **extra):
     return json.loads(device.handle_command(json.dumps({"id": command_id, "cmd": cmd, "params": params})))
 
 
-def run_until(device, clock, end_ms):
-    """Tick the device as its owner would, at the times it asks for, up to end_ms."""
-    while True:
-        wake = device.tick(clock.now)
-        if wake <= clock.now:
-            wake = clock.now + 1
-        if wake > end_ms:
-            clock.now = end_ms
-            device.tick(end_ms)
-            return
-        clock.now = wake
-
-
 # Connection: info, status, will ---------------------------------------------------------
 
 
@@ -374,7 +361,7 @@ def test_the_device_publishes_one_event_per_door_change_with_its_time_and_a_sequ
     device, board, clock = make_device("door_contact", "front-door")
     board.change_input("door", "open", at_ms=1000, bounce_ms=20)
     board.change_input("door", "closed", at_ms=5000, bounce_ms=20)
-    run_until(device, clock, 10000)
+    clock.run_until(device, 10000)
     events = [json.loads(p[1]) for p in device.transport.on("event")]
     epoch0 = clock.epoch_ms() - clock.ms()
     assert events == [
@@ -390,7 +377,7 @@ def test_simulated_inputs_change_by_themselves_and_each_change_is_one_event():
     board = SimBoard(contract, "door-9", 3, "door_contact", clock.ms())
     device = Device(contract, "door-9", board, clock, prefix="t", telemetry_ms=60000)
     device.transport = FakeTransport()
-    run_until(device, clock, 3600 * 1000)
+    clock.run_until(device, 3600 * 1000)
     events = [json.loads(p[1]) for p in device.transport.on("event")]
     assert len(events) >= 3, "a door opens every few minutes in the simulation"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -411,7 +398,7 @@ def test_the_ring_buffer_keeps_the_newest_samples_oldest_first():
 
 def test_telemetry_is_periodic_timestamped_and_covers_every_sensor():
     device, _, clock = make_device("env_fan", telemetry_ms=1000)
-    run_until(device, clock, 5500)
+    clock.run_until(device, 5500)
     messages = device.transport.on("telemetry")
     assert len(messages) == 5
     assert all(m[2] is False and m[3] == 0 for m in messages)
@@ -426,7 +413,7 @@ def test_telemetry_is_periodic_timestamped_and_covers_every_sensor():
 
 def test_the_scale_sends_its_ring_buffer_of_timestamped_samples():
     device, _, clock = make_device("scale", telemetry_ms=1000)
-    run_until(device, clock, 2100)
+    clock.run_until(device, 2100)
     bodies = [json.loads(m[1]) for m in device.transport.on("telemetry")]
     assert len(bodies) == 2
     weights = [s for s in bodies[1]["samples"] if s["metric"] == "weight"]
@@ -438,9 +425,9 @@ def test_the_scale_sends_its_ring_buffer_of_timestamped_samples():
 def test_samples_wait_in_the_bounded_ring_while_the_link_is_down():
     device, _, clock = make_device("scale", telemetry_ms=1000)
     device.transport.up = False
-    run_until(device, clock, 30000)  # 150 weight samples taken; the ring holds 60
+    clock.run_until(device, 30000)  # 150 weight samples taken; the ring holds 60
     device.transport.up = True
-    run_until(device, clock, 31000)
+    clock.run_until(device, 31000)
     bodies = [json.loads(m[1]) for m in device.transport.on("telemetry")]
     assert len(bodies) == 1
     weights = [s for s in bodies[0]["samples"] if s["metric"] == "weight"]
@@ -452,7 +439,7 @@ def test_samples_wait_in_the_bounded_ring_while_the_link_is_down():
 def test_noise_is_deterministic_for_a_seed():
     def readings(seed):
         device, _, clock = make_device("thermostat", "ac-1", seed=seed, telemetry_ms=1000)
-        run_until(device, clock, 10000)
+        clock.run_until(device, 10000)
         return [json.loads(m[1])["samples"] for m in device.transport.on("telemetry")]
 
     assert readings(1) == readings(1)
@@ -473,7 +460,7 @@ def test_every_catalog_device_boots_connects_and_reports():
     for device_type in TYPES:
         device, _, clock = make_device(device_type, "x-" + device_type.replace("_", "-"), telemetry_ms=1000)
         device.on_connect()
-        run_until(device, clock, 1000)
+        clock.run_until(device, 1000)
         assert len(device.transport.on("info")) == 1, device_type
         assert len(device.transport.on("telemetry")) == 1, device_type
         assert command(device, "c-1", "get_state")["ok"] is True
@@ -481,15 +468,15 @@ def test_every_catalog_device_boots_connects_and_reports():
 
 def test_simulated_outputs_shape_the_readings():
     valve, _, clock = make_device("water_valve", telemetry_ms=1000)
-    run_until(valve, clock, 1000)
+    clock.run_until(valve, 1000)
     command(valve, "c-1", "set_state", "open", True)
-    run_until(valve, clock, 2000)
+    clock.run_until(valve, 2000)
     flows = [next(s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "flow") for m in valve.transport.on("telemetry")]
     assert flows[0] == 0 and flows[1] > 3, "no flow through a closed valve"
     sensor, _, clock = make_device("sht30", telemetry_ms=1000)
-    run_until(sensor, clock, 1000)
+    clock.run_until(sensor, 1000)
     command(sensor, "c-1", "set_state", "heater", True)
-    run_until(sensor, clock, 2000)
+    clock.run_until(sensor, 2000)
     temps = [next(s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "temperature") for m in sensor.transport.on("telemetry")]
     assert temps[1] - temps[0] > 2.5, "an SHT30 reads warm while its heater runs"
 
@@ -497,11 +484,11 @@ def test_simulated_outputs_shape_the_readings():
 
 def test_a_leak_probe_reads_dry_until_it_is_made_wet():
     probe, board, clock = make_device("leak_probe", "leak-probe", telemetry_ms=1000)
-    run_until(probe, clock, 1000)
+    clock.run_until(probe, 1000)
     board.set_sensor("wet", True)
-    run_until(probe, clock, 2000)
+    clock.run_until(probe, 2000)
     board.set_sensor("wet", False)
-    run_until(probe, clock, 3000)
+    clock.run_until(probe, 3000)
     wet = [next(s["value"] for s in json.loads(m[1])["samples"] if s["metric"] == "wet") for m in probe.transport.on("telemetry")]
     assert wet == [False, True, False]
 

@@ -63,19 +63,6 @@ def heater_applies(board):
     return [a for a in board.applied if a[0] == "heater"]
 
 
-def tick_to(device, clock, end_ms):
-    """Tick as an owner does, at the times the device asks for (never later than end_ms)."""
-    while True:
-        wake = device.tick(clock.now)
-        if wake <= clock.now:
-            wake = clock.now + 1
-        if wake > end_ms:
-            clock.now = end_ms
-            device.tick(end_ms)
-            return
-        clock.now = wake
-
-
 def with_heater_failsafe(failsafe):
     """The SHT30 contract with another failsafe on its heater (or none, for failsafe None)."""
     contract = {}
@@ -157,7 +144,7 @@ def test_heartbeats_keep_the_heater_on():
     for seq in range(1, 61):  # two minutes of beats every 2 s
         clock.advance(2000)
         beat(device, seq)
-        tick_to(device, clock, clock.now)
+        clock.run_until(device, clock.now)
     assert device.state()["heater"] is True
     assert heater_applies(board) == [("heater", True, 1)]
     assert device.heartbeats == 60 and device.failsafes_applied == 0
@@ -170,10 +157,10 @@ def test_the_failsafe_comes_at_its_delay_after_the_last_heartbeat_never_before_a
     beat(device, 1)
     last = clock.now
     assert device.next_wakeup(clock.now) == last + DELAY_MS, "a sleeping device must wake for the failsafe"
-    tick_to(device, clock, last + DELAY_MS - 1)
+    clock.run_until(device, last + DELAY_MS - 1)
     assert device.state()["heater"] is True, "not a millisecond before the delay"
     assert device.transport.events("failsafe") == []
-    tick_to(device, clock, last + DELAY_MS)
+    clock.run_until(device, last + DELAY_MS)
     assert device.state()["heater"] is False
     assert heater_applies(board) == [("heater", True, 1), ("heater", False, 1)]
     events = device.transport.events("failsafe")
@@ -182,7 +169,7 @@ def test_the_failsafe_comes_at_its_delay_after_the_last_heartbeat_never_before_a
     assert event["event"] == "state" and event["state"]["heater"] is False
     assert event["failsafe"] == {"heater": {"value": False, "heartbeat_lost_ms": DELAY_MS, "controller": "silent",
                                             "ts": clock.epoch_ms()}}
-    tick_to(device, clock, last + 10 * DELAY_MS)
+    clock.run_until(device, last + 10 * DELAY_MS)
     assert len(heater_applies(board)) == 2 and len(device.transport.events("failsafe")) == 1, "once per loss"
     assert device.failsafes_applied == 1
 
@@ -196,9 +183,9 @@ def test_the_controllers_will_names_the_cause_and_the_clock_still_runs_from_the_
     clock.advance(1500)
     gone(device)  # the broker publishes the Will as soon as it notices: at once after a SIGKILL
     assert device.next_wakeup(clock.now) == last + DELAY_MS
-    tick_to(device, clock, last + DELAY_MS - 1)
+    clock.run_until(device, last + DELAY_MS - 1)
     assert device.state()["heater"] is True
-    tick_to(device, clock, last + DELAY_MS)
+    clock.run_until(device, last + DELAY_MS)
     assert device.state()["heater"] is False
     assert device.transport.events("failsafe")[0]["failsafe"]["heater"]["controller"] == "gone"
 
@@ -208,9 +195,9 @@ def test_a_will_seen_at_boot_starts_the_clock_at_once():
     device.on_connect()
     gone(device)  # retained: the controller died before this device booted
     device.set_locally("heater", True)
-    tick_to(device, clock, DELAY_MS - 1)
+    clock.run_until(device, DELAY_MS - 1)
     assert device.state()["heater"] is True
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     assert device.state()["heater"] is False
     assert device.transport.events("failsafe")[0]["failsafe"]["heater"]["controller"] == "gone"
 
@@ -223,9 +210,9 @@ def test_retained_heartbeats_do_not_count_as_alive():
         device.on_message(HEARTBEAT, b'{"state": "alive", "ts": 1764500000000}', True)  # what the controller retains
         device.on_message(HEARTBEAT, b'{"state": "alive", "ts": 1764500000000}', False)  # no seq: not a beat
         beat(device, second, retained=True)  # a beat with the retain flag: an old one
-        tick_to(device, clock, clock.now)
+        clock.run_until(device, clock.now)
     assert device.heartbeats == 0
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     assert device.state()["heater"] is False, "with no live beat since boot the countdown ran from boot"
     assert device.transport.events("failsafe")[0]["failsafe"]["heater"]["controller"] == "unseen"
 
@@ -237,18 +224,18 @@ def test_junk_on_the_heartbeat_topic_counts_for_nothing():
         clock.advance(2000)
         device.on_message(HEARTBEAT, junk)
     assert device.heartbeats == 0
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     assert device.state()["heater"] is False
 
 
 def test_a_heartbeat_stops_the_countdown_and_the_firmware_does_not_restore_the_old_value():
     device, board, clock = make_sensor()
     heater_on(device)
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     assert device.state()["heater"] is False
     clock.advance(5000)
     beat(device, 1)  # the controller is back
-    tick_to(device, clock, clock.now + 10 * DELAY_MS)
+    clock.run_until(device, clock.now + 10 * DELAY_MS)
     assert device.state()["heater"] is False, "the controller drives the target again, not the firmware"
     assert len(heater_applies(board)) == 2
 
@@ -256,14 +243,14 @@ def test_a_heartbeat_stops_the_countdown_and_the_firmware_does_not_restore_the_o
 def test_a_new_loss_trips_the_failsafe_again():
     device, board, clock = make_sensor()
     heater_on(device, "c-1")
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     clock.advance(1000)
     beat(device, 1)
     heater_on(device, "c-2")  # driven again by the controller
     last = clock.now
-    tick_to(device, clock, last + DELAY_MS - 1)
+    clock.run_until(device, last + DELAY_MS - 1)
     assert device.state()["heater"] is True
-    tick_to(device, clock, last + DELAY_MS)
+    clock.run_until(device, last + DELAY_MS)
     assert device.state()["heater"] is False
     assert [a[1] for a in heater_applies(board)] == [True, False, True, False]
     assert device.failsafes_applied == 2
@@ -272,16 +259,16 @@ def test_a_new_loss_trips_the_failsafe_again():
 def test_a_heater_turned_on_again_during_the_same_loss_is_left_alone():
     device, _, clock = make_sensor()
     heater_on(device, "c-1")
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     heater_on(device, "c-2")  # someone who can still reach it (no heartbeat: the loss goes on)
-    tick_to(device, clock, 3 * DELAY_MS)
+    clock.run_until(device, 3 * DELAY_MS)
     assert device.state()["heater"] is True
     assert device.failsafes_applied == 1
 
 
 def test_a_heater_already_off_needs_no_failsafe_and_nothing_is_reported():
     device, board, clock = make_sensor()
-    tick_to(device, clock, 2 * DELAY_MS)
+    clock.run_until(device, 2 * DELAY_MS)
     assert heater_applies(board) == [] and device.transport.events("failsafe") == []
     assert device.failsafe_state == {}
 
@@ -289,7 +276,7 @@ def test_a_heater_already_off_needs_no_failsafe_and_nothing_is_reported():
 def test_acks_and_state_events_say_which_actuator_sits_at_its_failsafe_value_until_it_is_set_again():
     device, _, clock = make_sensor()
     heater_on(device)
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     ack = json.loads(device.handle_command(json.dumps({"id": "g-1", "cmd": "get_state", "params": {}})))
     assert ack["state"]["heater"] is False
     assert ack["failsafe"]["heater"]["value"] is False
@@ -306,12 +293,12 @@ def test_a_jammed_actuator_is_reported_with_the_failure():
     device, board, clock = make_sensor()
     heater_on(device)
     board.jam("heater")
-    tick_to(device, clock, DELAY_MS)
+    clock.run_until(device, DELAY_MS)
     assert device.state()["heater"] is True
     event = device.transport.events("failsafe")[0]
     assert "jammed" in event["failsafe"]["heater"]["error"]
     assert device.failsafe_state == {} and device.errors == 1
-    tick_to(device, clock, 3 * DELAY_MS)
+    clock.run_until(device, 3 * DELAY_MS)
     assert len(device.transport.events("failsafe")) == 1, "once per loss, failed or not"
 
 
@@ -320,15 +307,15 @@ def test_a_short_delay_from_a_contract_is_kept_to_the_millisecond():
     heater_on(device)
     clock.advance(500)
     beat(device, 1)
-    tick_to(device, clock, 3499)
+    clock.run_until(device, 3499)
     assert device.state()["heater"] is True
-    tick_to(device, clock, 3500)
+    clock.run_until(device, 3500)
     assert device.state()["heater"] is False
 
 
 def test_a_heartbeat_after_a_loss_re_arms_a_deadline_its_owner_must_wake_for():
     device, _, clock = make_sensor(telemetry_ms=600000)
-    tick_to(device, clock, DELAY_MS)  # no controller since boot: the heater (off already) was handled
+    clock.run_until(device, DELAY_MS)  # no controller since boot: the heater (off already) was handled
     assert device.next_wakeup(clock.now) == 600000, "only the next sample is due"
     clock.advance(1000)
     beat(device, 1)
