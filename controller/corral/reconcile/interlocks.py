@@ -11,7 +11,6 @@ subresource) only when it changed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -33,13 +32,12 @@ from corral.decide.interlocks import (
     recent_readings,
 )
 from corral.decide.selectors import Requirement, Selector
-from corral.reconcile.cache import Body, DeviceCache, Key, ObjectCache, key_of
+from corral.reconcile.cache import Body, DeviceCache, Key, key_of
 from corral.reconcile.conditions import Wanted, merge
-from corral.reconcile.informer import Informer
+from corral.reconcile.informer import WatchedKind
 from corral.reconcile.kube import Kube
 from corral.reconcile.port import DeviceView
-from corral.reconcile.tasks import cancel_all
-from corral.reconcile.workqueue import Result, WorkQueue, run_workers
+from corral.reconcile.workqueue import Result
 
 log = logging.getLogger(__name__)
 
@@ -47,33 +45,16 @@ ViewOf = Callable[[str, str], DeviceView | None]
 COMPILED = "Compiled"
 
 
-class Interlocks:
+class Interlocks(WatchedKind):
     def __init__(self, kube: Kube, devices: DeviceCache, namespaces: tuple[str, ...],
                  on_change: Callable[[str], None] = lambda namespace: None,
                  clock: Callable[[], float] = time.time) -> None:
+        super().__init__(kube.api, GROUP, VERSION, "interlocks", namespaces)
         self.kube = kube
         self.devices = devices
         self.on_change = on_change  # the namespace whose rules changed: its Devices list them in status
         self.clock = clock  # epoch seconds, the clock readings are stamped with when they arrive
-        self.objects = ObjectCache()
         self.rules: dict[str, dict[str, Compiled]] = {}  # namespace -> name -> compiled rule
-        self.queue: WorkQueue[Key] = WorkQueue("interlocks")
-        self.informer = Informer(kube.api, GROUP, VERSION, "interlocks", "", namespaces, self.on_event)
-        self._worker: asyncio.Task[None] | None = None
-
-    @property
-    def synced(self) -> asyncio.Event:
-        """Set once every watched namespace was listed: before that, nothing may be decided or driven."""
-        return self.informer.synced
-
-    def start(self) -> None:
-        self.informer.start()
-        self._worker = asyncio.create_task(run_workers(self.queue, self.reconcile, 1), name="corral-interlocks")
-
-    async def stop(self) -> None:
-        self.queue.close()
-        await cancel_all([self._worker])
-        await self.informer.stop()
 
     # ---- the Interlocks -------------------------------------------------------------------------------------
 

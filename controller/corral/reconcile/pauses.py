@@ -15,7 +15,6 @@ Deleting the AgentPause resumes agents too (recorded, with no status left to wri
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -24,11 +23,10 @@ from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.api.pause import PAUSE_NAME, AgentPauseStatus, Paused, paused_of
 from corral.audit.events import EventRecorder, ObjectRef
 from corral.audit.log import AuditLog, Unwritable
-from corral.reconcile.cache import Body, Key, ObjectCache, key_of
-from corral.reconcile.informer import Informer
+from corral.reconcile.cache import Body, Key, key_of
+from corral.reconcile.informer import WatchedKind
 from corral.reconcile.kube import Kube
-from corral.reconcile.tasks import cancel_all
-from corral.reconcile.workqueue import Result, WorkQueue, run_workers
+from corral.reconcile.workqueue import Result
 
 log = logging.getLogger(__name__)
 
@@ -37,32 +35,15 @@ RESUMED = "agents.resumed"
 AUDIT_RETRY_S = 1.0
 
 
-class AgentPauses:
+class AgentPauses(WatchedKind):
     def __init__(self, kube: Kube, namespaces: tuple[str, ...], audit: AuditLog, recorder: EventRecorder,
                  on_change: Callable[[str], None] = lambda namespace: None) -> None:
+        super().__init__(kube.api, GROUP, VERSION, "agentpauses", namespaces)
         self.kube = kube
         self.audit = audit
         self.recorder = recorder
         self.on_change = on_change  # the namespace whose pause changed: its undecided Intents are decided again
-        self.objects = ObjectCache()
         self.current: dict[str, Paused] = {}  # namespace -> the pause in force there
-        self.queue: WorkQueue[Key] = WorkQueue("agentpauses")
-        self.informer = Informer(kube.api, GROUP, VERSION, "agentpauses", "", namespaces, self.on_event)
-        self._worker: asyncio.Task[None] | None = None
-
-    @property
-    def synced(self) -> asyncio.Event:
-        """Set once every watched namespace was listed: before that, nothing may be decided."""
-        return self.informer.synced
-
-    def start(self) -> None:
-        self.informer.start()
-        self._worker = asyncio.create_task(run_workers(self.queue, self.reconcile, 1), name="corral-agentpauses")
-
-    async def stop(self) -> None:
-        self.queue.close()
-        await cancel_all([self._worker])
-        await self.informer.stop()
 
     def paused(self, namespace: str) -> Paused | None:
         """The pause in force in the namespace now; None: agents act there."""
