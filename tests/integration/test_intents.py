@@ -236,8 +236,10 @@ def test_an_approval_that_does_not_count_is_refused_the_intent_waits_and_a_valid
     refused = wait_for(lambda: (s := _approval_status(home, bad["metadata"]["name"])).get("refused") and s,
                        "the approval marked refused")
     assert message in refused["message"]
-    waiting = wait_settled(home.admin, home.namespace, name, 1)
-    assert status(waiting) == ("AwaitingApproval", None) and message in waiting["status"]["message"]
+    # The Approval's status is written first, then the Intent's message names the refusal.
+    waiting = wait_for(lambda: (i := wait_settled(home.admin, home.namespace, name, 1)) and message in (
+        i["status"].get("message") or "") and i, "the Intent's message to name the refusal")
+    assert status(waiting) == ("AwaitingApproval", None)
     assert any(e.reason == "ApprovalRefused" and message in (e.note or "")
                for e in events(home.admin, home.namespace, bad["metadata"]["name"]))
     assert home.applies("front-lock").count(("locked", True)) == before
