@@ -1,12 +1,22 @@
-"""What changed between two contracts of one device, in lines a person can read in an Event."""
+"""What changed between two contracts of one device, in lines a person can read in an Event. Pure.
+
+`contract_diff` tells every change; `wording_changes` only those of the words people and agents read and of
+what the device reports (names, descriptions, units, the sensor and event lists), which `contract.trust`
+holds for a person like any widening. Device text in these lines is quoted and cut: it is data.
+"""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Mapping
 
 from pydantic import BaseModel
 
 from corral.contract.model import Contract
 
 _IGNORED = {"device_id", "signature"}
+# How much of a changed text a hold reason quotes: enough to recognise it; the whole is in the diff's Event.
+QUOTE_LIMIT = 48
 
 
 def contract_diff(old: Contract, new: Contract) -> list[str]:
@@ -19,6 +29,40 @@ def contract_diff(old: Contract, new: Contract) -> list[str]:
     lines += _diff_items("sensor", {s.metric: s for s in old.sensors}, {s.metric: s for s in new.sensors})
     lines += _diff_items("event", {e.name: e for e in old.events}, {e.name: e for e in new.events})
     return lines
+
+
+def wording_changes(old: Contract, new: Contract) -> list[str]:
+    """Changed words and reported lists: the product name, each kept actuator's name and description, and any
+    change of the sensors (added, removed, unit, range, description) and events (added, removed, values,
+    description). Empty when the contracts say the same in these respects."""
+    lines = [f"name changed to {quoted(new.name)}"] if new.name != old.name else []
+    before = {a.id: a for a in old.actuators}
+    for actuator in new.actuators:
+        kept = before.get(actuator.id)
+        for field in ("name", "description"):
+            if kept is not None and getattr(kept, field) != getattr(actuator, field):
+                lines.append(f"actuator {actuator.id}: {field} changed to {quoted(getattr(actuator, field))}")
+    lines += _list_changes("sensor", {s.metric: s for s in old.sensors}, {s.metric: s for s in new.sensors})
+    lines += _list_changes("event", {e.name: e for e in old.events}, {e.name: e for e in new.events})
+    return lines
+
+
+def _list_changes(what: str, old: Mapping[str, BaseModel], new: Mapping[str, BaseModel]) -> list[str]:
+    lines = [f"{what} {key} removed" for key in sorted(old.keys() - new.keys())]
+    lines += [f"{what} {key} added" for key in sorted(new.keys() - old.keys())]
+    for key in sorted(old.keys() & new.keys()):
+        before, after = old[key].model_dump(exclude_none=True), new[key].model_dump(exclude_none=True)
+        for field in sorted(before.keys() | after.keys()):
+            if before.get(field) != after.get(field):
+                value = after.get(field)
+                lines.append(f"{what} {key}: {field} changed" + (f" to {quoted(value)}" if isinstance(value, str) else ""))
+    return lines
+
+
+def quoted(text: str) -> str:
+    """Device text in a line for people: quoted (it is data, not the line's own words) and cut to one short line."""
+    cut = text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT - 1] + "…"
+    return json.dumps(cut, ensure_ascii=False)
 
 
 def _diff_items(what: str, old: dict[str, BaseModel], new: dict[str, BaseModel]) -> list[str]:

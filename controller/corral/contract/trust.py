@@ -8,9 +8,13 @@ credential) could declare `risk: low` for a lock. The cluster therefore keeps tw
   is the highest of the contract's and every floor that applies; a contract can raise risk, never lower it.
 - **Contract holds**: a changed contract that asks for more trust than the one a person accepted (risk
   lowered, an actuator added, a range widened, enum values added, an action, type, level, unit or step
-  changed, the model changed, or anything else about an actuator except its name and description) holds
-  the Device until a person accepts it. Narrowing changes (an actuator removed, a range narrowed, new
-  firmware with the same actuators) are accepted by themselves.
+  changed, the model changed, or anything else about an actuator) holds the Device until a person accepts
+  it. So does a change of the words people and agents read (the product name, an actuator's name or
+  description) and of what the device reports (its sensor and event lists, units and descriptions): they
+  steer how people and agents judge the device, and every changed contract is a new Capability, so a
+  device re-announcing new words each time would otherwise mint cluster-wide objects at will. Narrowing
+  changes (an actuator removed, a range narrowed, new firmware with the same contract otherwise) are
+  accepted by themselves.
 """
 
 from __future__ import annotations
@@ -18,11 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from corral.contract.diff import wording_changes
 from corral.contract.model import Actuator, Contract, Risk
 
 RISKS: tuple[Risk, ...] = ("low", "medium", "high", "critical")
-# What an actuator may change without asking for more trust: words for people.
-_COSMETIC = {"name", "description"}
 
 
 def risk_rank(risk: Risk) -> int:
@@ -95,7 +98,7 @@ def widenings(accepted: Contract, announced: Contract) -> list[str]:
             reasons.append(f"actuator {actuator.id} added ({actuator.action}, risk {actuator.risk})")
             continue
         reasons += [f"actuator {actuator.id}: {why}" for why in _actuator_widenings(before, actuator)]
-    return reasons
+    return reasons + wording_changes(accepted, announced)
 
 
 def _actuator_widenings(before: Actuator, after: Actuator) -> list[str]:
@@ -117,7 +120,8 @@ def _actuator_widenings(before: Actuator, after: Actuator) -> list[str]:
         reasons.append(f"step changed ({before.step} -> {after.step})")
     if after.unit != before.unit:
         reasons.append(f"unit changed ({before.unit or '-'} -> {after.unit or '-'})")
-    known = {"risk", "level", "action", "type", "range", "values", "step", "unit", "id", *_COSMETIC}
+    # Words (name, description) are judged with the contract's other words (contract.diff.wording_changes).
+    known = {"risk", "level", "action", "type", "range", "values", "step", "unit", "id", "name", "description"}
     old, new = before.model_dump(exclude_none=True), after.model_dump(exclude_none=True)
     for name in sorted((old.keys() | new.keys()) - known):
         if old.get(name) != new.get(name):
