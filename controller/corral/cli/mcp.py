@@ -76,6 +76,14 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="Seconds iot.control waits for an outcome before answering PENDING.")
 @click.option("--rate-limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
               help="Per caller: at most CALLS control calls (iot.control, device tools) in SECONDS; 0/1 for none.")
+@click.option("--max-sessions-per-caller", type=click.IntRange(min=1), default=32, show_default=True,
+              help="HTTP: open MCP sessions one caller (authenticated username, whatever its tokens) may have; one "
+                   "more gets 429 naming the limit, other callers are untouched.")
+@click.option("--max-streams-per-caller", type=click.IntRange(min=1), default=64, show_default=True,
+              help="HTTP: requests one caller may have open at once (GET streams, waiting calls, listens).")
+@click.option("--session-idle", "session_idle_s", type=click.FloatRange(min=0.5), default=300.0, show_default=True,
+              help="HTTP: seconds without a client request (an open GET stream does not count) after which a session "
+                   "ends, with the leases it holds; the default is a lease's default idle TTL.")
 @click.option("--update-interval", type=float, default=1.0, show_default=True,
               help="At most one update notice per resource per this many seconds.")
 @click.option("--access-refresh", type=float, default=30.0, show_default=True,
@@ -96,6 +104,7 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
         port: int, public_url: str | None, allowed_hosts: tuple[str, ...], issuer_url: str | None, audience: str,
         readings_url: str | None, readings_ca: str | None, console_url: str | None, device_tools: bool,
         people_namespace: str, approver_service_accounts: tuple[str, ...], wait_s: float, rate_limit: str,
+        max_sessions_per_caller: int, max_streams_per_caller: int, session_idle_s: float,
         update_interval: float, access_refresh: float,
         audit_dir: str | None, audit_key: str | None, no_create_audit_key: bool, audit_checkpoint: str | None,
         audit_checkpoint_interval: float, verbose: bool) -> None:
@@ -152,10 +161,12 @@ def mcp(transport: str, kubeconfig: str | None, context: str | None, namespaces:
         asyncio.run(serve_stdio(config, served, wait_s=wait_s, rate_limit=limit, audit=audit, readings_direct=direct,
                                 **options))
         return
+    from corral.gateway.limits import Bounds
     url = public_url or f"http://{host}:{port}/mcp"
     app = http_app(config, served, public_url=url, issuer_url=issuer_url or config.host,
                    allowed_hosts=list(allowed_hosts), wait_s=wait_s, rate_limit=limit, audit=audit,
-                   audience=audience, readings_direct=direct, **options)
+                   audience=audience, readings_direct=direct,
+                   bounds=Bounds(max_sessions_per_caller, max_streams_per_caller, session_idle_s), **options)
     click.echo(f"corral mcp: serving namespaces {', '.join(served)} at {url} (bearer: a Kubernetes token for "
                f"audience {audience}, e.g. kubectl create token SA --audience {audience})", err=True)
     asyncio.run(serve_http(app, host, port, audit))

@@ -37,6 +37,7 @@ from corral.api.codes import GATEWAY_AUDIENCE
 from corral.audit.component import Audit
 from corral.gateway import readings
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
+from corral.gateway.limits import Bounded, Bounds, raise_fd_limit
 from corral.gateway.server import Gateway, RateLimit, instructions, paused_text, session_holder
 from corral.gateway.view import Views, nothing_visible_note
 
@@ -87,13 +88,15 @@ class RequireToken:
     error="invalid_token", error_description="…"`, with a description and JSON body that say what was wrong with
     the token and name the kubectl command that mints a right one."""
 
-    def __init__(self, inner: RequireAuthMiddleware, verifier: KubeTokenVerifier) -> None:
+    def __init__(self, inner: RequireAuthMiddleware, verifier: KubeTokenVerifier, bounded: Bounded | None = None
+                 ) -> None:
         self.inner = inner
         self.verifier = verifier
+        self.bounded = bounded  # per-caller bounds, once the caller is known
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if isinstance(scope.get("user"), AuthenticatedUser):
-            await self.inner(scope, receive, send)
+            await (self.bounded or self.inner)(scope, receive, send)
             return
         description = _quotable(self.verifier.refusal(_bearer(scope)))
         metadata = self.inner.resource_metadata_url
@@ -110,7 +113,8 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
              allowed_hosts: list[str], wait_s: float, rate_limit: RateLimit | None = None,
              audit: Audit | None = None, audience: str = GATEWAY_AUDIENCE,
              readings_direct: readings.Direct | None = None, console_url: str | None = None,
-             **view_options: Any) -> Starlette:
+             bounds: Bounds | None = None, **view_options: Any) -> Starlette:
+    bounds = bounds or Bounds()
     base = anonymous(config)
     views = Views(namespaces, **view_options)
 
@@ -138,6 +142,7 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         auth=AuthSettings(issuer_url=AnyHttpUrl(issuer_url), resource_server_url=AnyHttpUrl(public_url),
                           validate_token_resource=False),
         token_verifier=verifier,
+        session_idle_timeout=bounds.idle_s,
         custom_starlette_routes=[Route("/healthz", lambda request: PlainTextResponse("ok"))],
     )
     guarded = [i for i, route in enumerate(app.router.routes) if isinstance(route, Route) and route.path == path
@@ -146,23 +151,41 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         raise RuntimeError(f"the MCP SDK's app has {len(guarded)} token-guarded routes at {path}, not one")
     inner = app.router.routes[guarded[0]]
     assert isinstance(inner, Route) and isinstance(inner.endpoint, RequireAuthMiddleware)
-    app.router.routes[guarded[0]] = Route(path, endpoint=RequireToken(inner.endpoint, verifier), methods=inner.methods)
+    bounded = Bounded(inner.endpoint, bounds, lambda session_id: _end_session(gateway, session_id))
+    app.router.routes[guarded[0]] = Route(path, endpoint=RequireToken(inner.endpoint, verifier, bounded),
+                                          methods=inner.methods)
     app.state.gateway = gateway  # serve_http closes what it holds open
-    _release_leases_when_sessions_end(gateway)
+    _when_sessions_end(gateway, bounded)
     return app
 
 
-def _release_leases_when_sessions_end(gateway: Gateway) -> None:
-    """A handshake-era HTTP session that ends (the client's DELETE, its idle timeout) gives its leases back.
+async def _end_session(gateway: Gateway, session_id: str) -> None:
+    """End a session as the SDK's own idle timeout does (its server task leaves and discards it), even while a
+    GET stream holds it open."""
+    manager = getattr(gateway.server, "_session_manager", None)
+    transport = getattr(manager, "_server_instances", {}).get(session_id)
+    if transport is None:
+        return
+    if transport.idle_scope is not None:
+        transport.idle_scope.cancel()
+    else:
+        await transport.terminate()
+
+
+def _when_sessions_end(gateway: Gateway, bounded: Bounded) -> None:
+    """A handshake-era HTTP session that ends (the client's DELETE, its idle timeout) gives its leases back and
+    no longer counts against its caller's limit.
 
     The SDK's session manager has no hook for a session's end, so its one place where every session ends is
-    wrapped; `mcp` is pinned exactly, and tests/integration/test_leases.py fails if this stops working."""
+    wrapped; `mcp` is pinned exactly, and tests/integration/test_leases.py and test_gateway_limits.py fail if
+    this stops working."""
     manager = getattr(gateway.server, "_session_manager", None)
     discard = getattr(manager, "_discard_session", None)
-    if manager is None or discard is None:
+    if manager is None or discard is None or not isinstance(getattr(manager, "_server_instances", None), dict):
         raise RuntimeError("the MCP SDK's session manager changed: leases could not end with their HTTP session")
 
     async def discarded(session_id: str, transport: Any) -> None:
+        bounded.ended(session_id)
         await discard(session_id, transport)
         await gateway.release_held(session_holder(session_id))
 
@@ -170,6 +193,8 @@ def _release_leases_when_sessions_end(gateway: Gateway) -> None:
 
 
 async def serve_http(app: Starlette, host: str, port: int, audit: Audit | None = None) -> None:
+    before, after = raise_fd_limit()
+    log.info("open-files limit %d (was %d): every session's stream and waiting call holds one", after, before)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     if audit is not None:
         # uvicorn raises the signal that stopped it again once it has shut down; with the default handler the

@@ -32,6 +32,9 @@ NOTIFICATIONS_QUEUED = Gauge("corral_notifications_queued", "Approval requests w
 STATUS_WRITES = Counter("corral_status_writes_total", "Status writes to the API server, by reason.", ["reason"])
 MQTT_RECONNECTS = Counter("corral_mqtt_reconnects_total", "Times the controller's MQTT link came back after a loss.")
 TOOL_CALLS = Counter("corral_mcp_tool_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"])
+MCP_SESSIONS = Gauge("corral_mcp_sessions", "Handshake-era MCP HTTP sessions open at the gateway.")
+MCP_CALLER_LIMITED = Counter("corral_mcp_caller_limited_total",
+                             "Requests refused (429) because their caller was at a per-caller limit.", ["limit"])
 TOOLS_LIST_SECONDS = Histogram("corral_mcp_tools_list_seconds", "Time the gateway takes to answer tools/list.",
                                buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5))
 
