@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/version"
@@ -95,7 +96,7 @@ func serve(args []string) error {
 		return fmt.Errorf("preparing certificates in %s: %w", *stateDir, err)
 	}
 
-	etcd, clientURL, err := startEtcd(filepath.Join(*stateDir, "etcd"))
+	etcd, clientURL, err := startEtcd(filepath.Join(*stateDir, "etcd"), pki)
 	if err != nil {
 		return err
 	}
@@ -103,6 +104,9 @@ func serve(args []string) error {
 
 	apiserverArgs := append([]string{
 		"--etcd-servers=" + clientURL,
+		"--etcd-cafile=" + pki.etcdCACert,
+		"--etcd-certfile=" + pki.etcdClientCert,
+		"--etcd-keyfile=" + pki.etcdClientKey,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(*port),
@@ -143,9 +147,12 @@ func serve(args []string) error {
 }
 
 // startEtcd runs a single-member etcd on loopback ports chosen by the kernel.
+// Both ports speak TLS and demand a client certificate from etcd's own CA:
+// loopback is shared by every local account, and a plain etcd there would
+// hand any of them every Secret and a write path around RBAC and admission.
 // fsync is off: this plane is for development and tests, where speed matters
 // and a lost write after a power cut does not.
-func startEtcd(dir string) (*embed.Etcd, string, error) {
+func startEtcd(dir string, pki pkiFiles) (*embed.Etcd, string, error) {
 	clientPort, err := freePort()
 	if err != nil {
 		return nil, "", err
@@ -154,8 +161,8 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
-	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+	clientURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
+	peerURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
 
 	cfg := embed.NewConfig()
 	cfg.Name = "corral-dev"
@@ -167,6 +174,11 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "warn"
 	cfg.UnsafeNoFsync = true
+	cfg.ClientTLSInfo = transport.TLSInfo{
+		CertFile: pki.etcdServerCert, KeyFile: pki.etcdServerKey,
+		TrustedCAFile: pki.etcdCACert, ClientCertAuth: true,
+	}
+	cfg.PeerTLSInfo = cfg.ClientTLSInfo
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

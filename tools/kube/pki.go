@@ -35,6 +35,9 @@ type pkiFiles struct {
 	saPrivate, saPublic                       string
 	frontProxyCACert, frontProxyCAKey         string
 	frontProxyClientCert, frontProxyClientKey string
+	etcdCACert, etcdCAKey                     string
+	etcdServerCert, etcdServerKey             string
+	etcdClientCert, etcdClientKey             string
 }
 
 func ensurePKI(dir string) (pkiFiles, error) {
@@ -49,6 +52,12 @@ func ensurePKI(dir string) (pkiFiles, error) {
 		frontProxyCAKey:      filepath.Join(dir, "front-proxy-ca.key"),
 		frontProxyClientCert: filepath.Join(dir, "front-proxy-client.crt"),
 		frontProxyClientKey:  filepath.Join(dir, "front-proxy-client.key"),
+		etcdCACert:           filepath.Join(dir, "etcd-ca.crt"),
+		etcdCAKey:            filepath.Join(dir, "etcd-ca.key"),
+		etcdServerCert:       filepath.Join(dir, "etcd-server.crt"),
+		etcdServerKey:        filepath.Join(dir, "etcd-server.key"),
+		etcdClientCert:       filepath.Join(dir, "etcd-apiserver-client.crt"),
+		etcdClientKey:        filepath.Join(dir, "etcd-apiserver-client.key"),
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return f, err
@@ -60,6 +69,11 @@ func ensurePKI(dir string) (pkiFiles, error) {
 	}
 	if !allExist(f.frontProxyCACert, f.frontProxyCAKey, f.frontProxyClientCert, f.frontProxyClientKey) {
 		if err := makeFrontProxyPKI(f); err != nil {
+			return f, err
+		}
+	}
+	if !allExist(f.etcdCACert, f.etcdCAKey, f.etcdServerCert, f.etcdServerKey, f.etcdClientCert, f.etcdClientKey) {
+		if err := makeEtcdPKI(f); err != nil {
 			return f, err
 		}
 	}
@@ -140,6 +154,51 @@ func makeFrontProxyPKI(f pkiFiles) error {
 		return err
 	}
 	return writeKey(f.frontProxyClientKey, clientKey)
+}
+
+// makeEtcdPKI writes etcd's own CA, its serving (and peer) certificate and
+// the one client certificate kube-apiserver presents. etcd trusts only that
+// CA for clients, so a local user who reaches etcd's loopback ports without
+// the key (readable by the plane's owner alone) can neither read Secrets nor
+// write objects past RBAC and admission.
+func makeEtcdPKI(f pkiFiles) error {
+	ca, caKey, err := newCA("corral-dev-etcd-ca")
+	if err != nil {
+		return err
+	}
+	serverDER, serverKey, err := issue(ca, caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "corral-dev-etcd"},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:    []string{"localhost"},
+	})
+	if err != nil {
+		return err
+	}
+	clientDER, clientKey, err := issue(ca, caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver-etcd-client"},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeCert(f.etcdCACert, ca.Raw); err != nil {
+		return err
+	}
+	if err := writeCert(f.etcdServerCert, serverDER); err != nil {
+		return err
+	}
+	if err := writeCert(f.etcdClientCert, clientDER); err != nil {
+		return err
+	}
+	for path, key := range map[string]*ecdsa.PrivateKey{f.etcdCAKey: caKey, f.etcdServerKey: serverKey, f.etcdClientKey: clientKey} {
+		if err := writeKey(path, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newCA makes a self-signed CA certificate valid for ten years.
