@@ -237,3 +237,110 @@ def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_be
     applied = kubectl(plane, "apply", "--server-side", "-f", str(REPO / "crds"), check=False)
     assert applied.returncode == 0, applied.stderr
     install_api(corral_api, field_manager="corral-demo")
+
+
+def _refusal(err: kubernetes.client.ApiException) -> str:
+    assert err.status == 403, err.body
+    return str(yaml.safe_load(err.body)["message"])
+
+
+def test_an_intent_belongs_to_its_requester_others_cannot_touch_its_metadata(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    """The attack: the agent (which may patch Intents, to cancel its own) rewrote the trace id of an admin's Intent,
+    which the admin's signed audit records then carried, and held it with a finalizer of its own."""
+    apply_yaml(corral_api, f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: agent-intents}}
+rules: [{{apiGroups: [corral.dev], resources: [intents], verbs: [get, create, patch]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: agent-intents}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent-intents}}
+subjects: [{{kind: ServiceAccount, name: agent, namespace: {namespace}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: controller-intents}}
+rules:
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, patch]}}
+- {{apiGroups: [corral.dev], resources: [intents/status], verbs: [patch]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: controller-intents}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: controller-intents}}
+subjects: [{{kind: ServiceAccount, name: controller, namespace: {namespace}}}]
+""", namespace)
+    agent_name = f"system:serviceaccount:{namespace}:agent"
+    agent = kubernetes.client.CustomObjectsApi(api_client(plane, token=service_account_token(corral_api, namespace,
+                                                                                             "agent")))
+    controller = kubernetes.client.CustomObjectsApi(
+        api_client(plane, token=service_account_token(corral_api, namespace, "controller")))
+    admin = kubernetes.client.CustomObjectsApi(api_client(plane, impersonate="corral-admin", group="system:masters"))
+    admins_trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    agents_trace = "00-11111111111111111111111111111111-2222222222222222-01"
+    mine = {**_intent("admins", "corral-admin"), "metadata": {
+        "name": "admins", "annotations": {"corral.dev/traceparent": admins_trace}}}
+    admin.create_namespaced_custom_object(GROUP, VERSION, namespace, "intents", mine)
+    wait_for(lambda: agent.create_namespaced_custom_object(GROUP, VERSION, namespace, "intents",
+                                                          _intent("agents", agent_name)),
+             "the agent's RoleBinding to take effect")
+
+    def patch(who: Any, name: str, metadata: dict[str, Any]) -> dict[str, Any]:
+        return who.patch_namespaced_custom_object(GROUP, VERSION, namespace, "intents", name, {"metadata": metadata})
+
+    attacks = {
+        "trace annotation": {"annotations": {"corral.dev/traceparent": agents_trace}},
+        "finalizer": {"finalizers": ["agent.example/hold"]},
+        "label": {"labels": {"owner": "agent"}},
+    }
+    for what, metadata in attacks.items():
+        with pytest.raises(kubernetes.client.ApiException) as refused:
+            patch(agent, "admins", metadata)
+        message = _refusal(refused.value)
+        assert "corral-intent-requester" in message, what
+        assert "belongs to its requester (corral-admin)" in message and f"you are {agent_name}" in message, what
+    stored = admin.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", "admins")["metadata"]
+    assert stored["annotations"]["corral.dev/traceparent"] == admins_trace and not stored.get("finalizers")
+
+    # Positive controls: the requester still cancels (and labels) its own Intent ...
+    patch(agent, "agents", {"annotations": {"corral.dev/cancel": "changed my mind"}, "labels": {"batch": "1"}})
+    # ... and whoever writes Intents' status (the controller's right) still writes it, and may touch metadata.
+    controller.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "intents", "admins",
+                                                     {"status": {"phase": "Pending", "message": "deciding"}})
+    patch(controller, "admins", {"labels": {"corral.dev/seen": "yes"}})
+    # The trace an Intent was created in never changes, not even by its requester or an admin.
+    for who in (admin, controller):
+        with pytest.raises(kubernetes.client.ApiException) as refused:
+            patch(who, "admins", {"annotations": {"corral.dev/traceparent": agents_trace}})
+        expected = f'corral.dev/traceparent is the trace the Intent was created in and cannot change (it was "{admins_trace}")'
+        assert expected in _refusal(refused.value)
+
+
+def test_a_grant_must_say_which_devices_and_values_it_covers(
+    plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    """The attack: `selector: {}` and no values was accepted and covered a high-risk lock Intent."""
+    alice = kubernetes.client.CustomObjectsApi(api_client(plane, impersonate="alice", group="system:masters"))
+
+    def grant(name: str, **bounds: Any) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ApprovalGrant", "metadata": {"name": name},
+                "spec": {"grantor": "alice", "requester": "system:serviceaccount:home:agent", "actuators": ["locked"],
+                         "uses": 3, "expiresAt": "2030-01-01T00:00:00Z", **bounds}}
+        return alice.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvalgrants", body)
+
+    refusals = {  # the attack itself, each half of it, and what the refusal says (by the CRD, or a policy)
+        "a grant must say which Devices it covers": ({"selector": {}}, 422),
+        "an empty selector ({}) selects nothing": ({"selector": {}, "values": [True]}, 422),
+        "a grant must say which values it covers": ({"devices": ["front-door-lock"]}, 403),
+    }
+    for expected, (bounds, code) in refusals.items():
+        with pytest.raises(kubernetes.client.ApiException) as refused:
+            grant("unbounded", **bounds)
+        assert (refused.value.status, expected in yaml.safe_load(refused.value.body)["message"]) == (code, True)
+    # Positive controls: a selector that says something and listed values, or named Devices and a range.
+    assert grant("by-label", selector={"matchLabels": {"room": "hall"}}, values=[True])["spec"]["values"] == [True]
+    grant("by-name", devices=["front-door-lock"], range={"minimum": 0, "maximum": 1})

@@ -63,7 +63,18 @@ def test_devices_by_label_and_listed_values_compare_as_the_contract_does() -> No
     assert why(by_label, labels={"room": "bedroom"}, actuator="power", value=True) is None
     assert why(by_label, labels={"room": "hall"}, actuator="power", value=True) is not None
     assert why(by_label, labels={"room": "bedroom"}, actuator="power", value=1) is not None  # 1 is not true
-    assert why(replace(by_label, values=()), labels={"room": "bedroom"}, actuator="power", value=False) is None
+
+
+def test_a_grant_that_does_not_say_what_it_covers_covers_nothing() -> None:
+    """Admission refuses such grants; one made before that rule (an empty selector, no values, no range) is no
+    blank cheque for the controller either."""
+    by_label = replace(GRANT, devices=frozenset(), selector=Selector({"room": "bedroom"}), minimum=None, maximum=None,
+                       values=(True,), actuators=frozenset({"power"}))
+    assert why(by_label, labels={"room": "bedroom"}, actuator="power", value=True) is None  # positive control
+    found = why(replace(by_label, values=()), labels={"room": "bedroom"}, actuator="power", value=False)
+    assert found == "it does not cover the value False"
+    found = why(replace(by_label, selector=Selector()), labels={"room": "bedroom"}, actuator="power", value=True)
+    assert found == "it does not cover Device bedroom-ac"
 
 
 def test_of_several_covering_grants_the_one_expiring_first_is_spent_first() -> None:

@@ -4,6 +4,11 @@ these Devices, actuators and values run without asking each time, a number of ti
 The controller consumes one use per Intent, atomically (a write that fails if anyone else consumed one since it
 read the grant), before the Intent executes; it checks the grantor's `approve` right again at every use and
 never lets a grant cover a critical-risk action. Revoking is deleting the grant.
+
+A grant must say what it covers: Devices by name or by a selector with at least one label or requirement
+(`selector: {}` counts as none), and a list of values or a numeric range. The API server refuses any other
+(an unbounded grant once covered a high-risk lock Intent); the controller, for a grant made before that rule,
+treats an empty selector and a missing list of values as covering nothing.
 """
 
 from __future__ import annotations
@@ -33,12 +38,23 @@ class ValueRange(KubeModel):
         return self
 
 
+# Free JSON values have no type CEL could declare, so the API server checks this one in an admission policy
+# (api.policies) rather than in the CRD's schema.
+VALUES_REQUIRED = ("a grant must say which values it covers: list them (values) or give a numeric range "
+                   "(range: {minimum, maximum}); a grant of any value is not in bounds")
+# A selector says something only with at least one label or requirement: `selector: {}` would match every Device.
+_SELECTS = ("(has(self.selector) && ((has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0) || "
+            "(has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0)))")
+
+
 class ApprovalGrantSpec(KubeModel):
     """What is granted, to whom, how often and until when. Immutable: revoke (delete) and grant again."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": "(has(self.devices) && size(self.devices) > 0) || has(self.selector)",
-         "message": "name the Devices (devices) or select them by label (selector)"},
+        {"rule": f"(has(self.devices) && size(self.devices) > 0) || {_SELECTS}",
+         "message": "a grant must say which Devices it covers: name them (devices) or select them by label with at "
+                    "least one matchLabels entry or matchExpressions requirement (selector); an empty selector "
+                    "({}) selects nothing"},
         {"rule": "self.requester != self.grantor", "message": "a grant to yourself is no second person's consent"},
     ]})
 
@@ -56,12 +72,14 @@ class ApprovalGrantSpec(KubeModel):
         default_factory=list, description="Names of Devices in the grant's namespace."
     )
     selector: LabelSelector | None = Field(
-        default=None, description="Devices by label (in addition to those named in devices)."
+        default=None, description="Devices by label (in addition to those named in devices); it needs at least one "
+                                  "matchLabels entry or requirement: an empty selector covers nothing."
     )
     actuators: Annotated[list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)]],
                          Field(min_length=1, max_length=64)] = Field(description="Actuator ids the grant covers.")
     values: Annotated[list[JsonValue], Field(max_length=64)] = Field(
-        default_factory=list, description="Target values granted (true, 'cool', 21, ...); empty with no range: any value."
+        default_factory=list, description="Target values granted (true, 'cool', 21, ...); a grant lists values or "
+                                          "gives a range."
     )
     range: ValueRange | None = Field(default=None, description="Numeric target values granted, instead of a list.")
     uses: int = Field(ge=1, le=MAX_USES, description="How many Intents the grant lets run.")
@@ -70,13 +88,21 @@ class ApprovalGrantSpec(KubeModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> ApprovalGrantSpec:
-        if not self.devices and self.selector is None:
-            raise ValueError("name the Devices (devices) or select them by label (selector)")
+        if not self.devices and not _selects(self.selector):
+            raise ValueError("a grant must say which Devices it covers: name them (devices) or select them by label "
+                             "with at least one matchLabels entry or matchExpressions requirement (selector); an empty "
+                             "selector ({}) selects nothing")
+        if not self.values and self.range is None:
+            raise ValueError(VALUES_REQUIRED)
         if self.values and self.range is not None:
             raise ValueError("grant either a list of values or a range, not both")
         if self.requester == self.grantor:
             raise ValueError("a grant to yourself is no second person's consent")
         return self
+
+
+def _selects(selector: LabelSelector | None) -> bool:
+    return selector is not None and bool(selector.match_labels or selector.match_expressions)
 
 
 class GrantUse(KubeModel):

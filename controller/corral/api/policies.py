@@ -4,7 +4,8 @@
 must be the username of whoever creates the object, and their groups (when filled
 in) exactly the creator's groups, so an agent cannot act in someone else's name,
 nobody can sign an approval as someone else, and nobody can claim a group to gain
-a right. Only the requester may cancel an Intent. The CRD schemas already make the
+a right. Only the requester may cancel an Intent, and only the requester and the controller may
+change an Intent's metadata; its trace context never changes after creation. The CRD schemas already make the
 specs immutable; the policies also refuse a changed identity on update so the
 rule reads complete here. What a policy cannot see (an approver approving
 their own Intent) the controller enforces.
@@ -12,6 +13,8 @@ their own Intent) the controller enforces.
 Accepting a Device's changed contract (`spec.acceptCapability`) trusts the device with more than before,
 so it needs the same right as approving one of its actions: the `approve` verb on that Device. Whoever
 may patch Devices (a person's `kubectl apply`) may not accept a contract with it unless they may approve.
+
+An `ApprovalGrant` must list the values it covers or give a range (its Devices are checked by the CRD).
 
 `AgentPause.spec.by` is the username of whoever writes it, on every create and update: who paused or
 resumed agents is on the object, and cannot be claimed for someone else.
@@ -21,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.api.codes import CANCEL_ANNOTATION, GROUP, VERSION
+from corral.api.codes import CANCEL_ANNOTATION, GROUP, TRACEPARENT_ANNOTATION, VERSION
+from corral.api.grant import VALUES_REQUIRED
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 
@@ -66,6 +70,35 @@ def _cancel_rule() -> tuple[str, str]:
     message = (f"'only the requester (' + object.spec.requester + ') may cancel this Intent (annotation "
                f"{CANCEL_ANNOTATION}); you are ' + request.userInfo.username + '. An approver denies instead.'")
     return rule, message
+
+
+def _metadata_rules() -> list[tuple[str, str]]:
+    """An Intent belongs to its requester: nobody else may change its annotations, labels, finalizers or owners
+    (an agent could otherwise rewrite the trace id an admin's signed audit records carry, or hold the Intent with a
+    finalizer). Whoever may write Intents' status (the controller; cluster administrators and Kubernetes' garbage
+    collector) may still change them: the controller is named by its right, not by a name each install chooses.
+    The trace context is read once, at creation, so it cannot change at all."""
+    def same(field: str) -> str:
+        return f"object.metadata.?{field}.orValue({EMPTY[field]}) == oldObject.metadata.?{field}.orValue({EMPTY[field]})"
+    unchanged = " && ".join(same(field) for field in EMPTY)
+    controller = ("authorizer.group('corral.dev').resource('intents').subresource('status')"
+                  ".namespace(object.metadata.namespace).name(object.metadata.name).check('patch').allowed()")
+    owner_rule = (f"request.operation != 'UPDATE' || ({unchanged}) || "
+                  f"request.userInfo.username == object.spec.requester || {controller}")
+    owner_message = ("'this Intent belongs to its requester (' + object.spec.requester + '): only they and the "
+                     "controller may change its annotations, labels, finalizers or owner references; you are ' + "
+                     "request.userInfo.username + '.'")
+
+    def trace(obj: str) -> str:
+        return f"{obj}.metadata.?annotations[?'{TRACEPARENT_ANNOTATION}'].orValue('')"
+    trace_rule = f"request.operation != 'UPDATE' || {trace('object')} == {trace('oldObject')}"
+    trace_message = (f"'annotation {TRACEPARENT_ANNOTATION} is the trace the Intent was created in and cannot change "
+                     "(it was \"' + " + trace("oldObject") + " + '\").'")
+    return [(owner_rule, owner_message), (trace_rule, trace_message)]
+
+
+# What each guarded metadata field is when absent, so that absent and empty compare equal.
+EMPTY = {"annotations": "{}", "labels": "{}", "finalizers": "[]", "ownerReferences": "[]"}
 
 
 def _policy(name: str, plural: str, rules: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -133,11 +166,20 @@ def _pause_policy(name: str) -> list[dict[str, Any]]:
     return _policy(name, "agentpauses", [(rule, message)])
 
 
+def _grant_bounds_policy(name: str) -> list[dict[str, Any]]:
+    """A grant lists the values it covers or gives a range: "any value" is no bound. (Its Devices are checked by
+    the CRD's own rules; free JSON values have no type a CRD rule could count.)"""
+    rule = "(has(object.spec.values) && size(object.spec.values) > 0) || has(object.spec.range)"
+    return _policy(name, "approvalgrants", [(rule, f"'{VALUES_REQUIRED}'")])
+
+
 def admission_policies() -> list[dict[str, Any]]:
     return [
-        *_policy("corral-intent-requester", "intents", [*_identity_rules("Intent", "requester", "An"), _cancel_rule()]),
+        *_policy("corral-intent-requester", "intents", [*_identity_rules("Intent", "requester", "An"), _cancel_rule(),
+                                                       *_metadata_rules()]),
         *_identity_policy("corral-approval-approver", "approvals", "Approval", "approver", "An"),
         *_identity_policy("corral-grant-grantor", "approvalgrants", "ApprovalGrant", "grantor", "An"),
+        *_grant_bounds_policy("corral-grant-bounds"),
         *_accept_contract_policy("corral-device-accept-contract"),
         *_pause_policy("corral-agents-pause-by"),
     ]

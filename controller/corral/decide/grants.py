@@ -1,7 +1,8 @@
 """Whether an ApprovalGrant covers an Intent: pure rules, one reason per miss.
 
-A grant covers an Intent when it is for that requester, that Device (by name or label), that actuator and
-that value (a listed one, or a number in its range), has a use left, has not expired, and its grantor is a
+A grant covers an Intent when it is for that requester, that Device (by name or by a selector that says
+something), that actuator and that value (a listed one, or a number in its range: no list and no range covers
+nothing), has a use left, has not expired, and its grantor is a
 person who holds `approve` on the device now (asked again at every use, so a revoked right stops it).
 A critical-risk action is never covered: it always waits for a person, one request at a time.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeGuard
 
 from corral.contract.values import same_value
 from corral.decide.approvals import DEFAULT_PEOPLE, People
@@ -43,7 +45,7 @@ def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mappi
         return "critical-risk actions are never granted in advance"
     if grant.requester != requester:
         return f"it is for {grant.requester}"
-    if device not in grant.devices and not (grant.selector is not None and grant.selector.matches(labels)):
+    if device not in grant.devices and not (_selects(grant.selector) and grant.selector.matches(labels)):
         return f"it does not cover Device {device}"
     if actuator not in grant.actuators:
         return f"it does not cover actuator {actuator}"
@@ -73,6 +75,11 @@ def _value_granted(grant: GrantView, value: object) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
         return grant.minimum <= float(value) <= grant.maximum
-    if grant.values:
-        return any(same_value(value, allowed) for allowed in grant.values)
-    return True
+    # No list and no range is no bound: admission refuses such a grant, and one made before that rule covers nothing.
+    return any(same_value(value, allowed) for allowed in grant.values)
+
+
+def _selects(selector: Selector | None) -> TypeGuard[Selector]:
+    """An empty selector would match every Device: a grant's selector covers something only with a label or a
+    requirement in it."""
+    return selector is not None and bool(selector.match_labels or selector.requirements)

@@ -17,7 +17,8 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 
-TRACEPARENT_ANNOTATION = "corral.dev/traceparent"
+from corral.api.codes import TRACEPARENT_ANNOTATION
+
 TRACERS = ("off", "otlp")
 
 
