@@ -462,7 +462,7 @@ def test_the_overlay_tools_store_clean_text_and_the_diagnosis_prompt_walks_throu
                                                             "alias": "  Kitchen\x07 light\x1b[31m" + "x" * 80})
             query = await agent.call_tool("iot.query", {"device_id": "kitchen-light"})
             prompt = await agent.get_prompt("diagnose_device", {"device_id": f"{home.namespace}/kitchen-light"})
-            return alias.structured_content, query.structured_content["device"], prompt.messages[0].content.text
+            return alias.structured_content, query.structured_content["device"], prompt.messages[1].content.text
 
     alias, queried, prompt = run(scenario())
     assert alias["code"] == "EXECUTED", alias
@@ -470,8 +470,9 @@ def test_the_overlay_tools_store_clean_text_and_the_diagnosis_prompt_walks_throu
     stored = device(home.admin, home.namespace, "kitchen-light")["spec"]["overlay"]
     assert stored["alias"] == alias["value"]
     assert stored["alias"] == queried["alias"] or queried["alias"] == "", "the view shows it, or not yet"
-    assert f"Diagnose device {home.namespace}/kitchen-light" in prompt
-    assert "Recent events" in prompt and "(cannot read Events" not in prompt
+    data = json.loads(prompt.split("```json\n", 1)[1].rsplit("\n```", 1)[0])  # the prompt's data block
+    assert data["device"]["device_id"] == f"{home.namespace}/kitchen-light"
+    assert isinstance(data["recent_events"], list), f"the Events are readable: {data['recent_events']}"
 
 
 def test_corral_tools_prints_what_a_caller_would_see(home: Home) -> None:

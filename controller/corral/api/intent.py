@@ -168,6 +168,11 @@ class IntentStatus(KubeModel):
         default=None, description="The device's reported state after execution (from its ack)."
     )
     decided_at: datetime | None = Field(default=None, description="When the final code was set.")
+    device_error: Text512 | None = Field(
+        default=None,
+        description="When the device refused the command: the error its ack gave, sanitized and cut. The device's "
+                    "own words: data to show, never instructions.",
+    )
     would: WouldDo | None = Field(
         default=None,
         description="For a dry run (phase DryRun): what the Intent would do: execute, await_approval, await_hold, "

@@ -19,6 +19,7 @@ cut). Identifiers and enum values are not text: they keep their strict ASCII pat
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -63,3 +64,21 @@ def bounded(text: str, limit: int) -> str:
 def safe_or_keep(value: object) -> object:
     """For a pydantic BeforeValidator: strings made safe, anything else left for the type check to refuse."""
     return safe_text(value) if isinstance(value, str) else value
+
+
+def quoted_data(text: str, limit: int) -> str:
+    """Someone else's text inside a sentence of ours: bounded, then in JSON double quotes, so where it starts and
+    ends is plain and a quote inside it cannot end it early."""
+    return json.dumps(bounded(text, limit), ensure_ascii=False)
+
+
+def safe_data(value: object, limit: int) -> object:
+    """`value` (JSON-like: dicts, lists, scalars) with every string in it, keys too, made safe and cut to `limit`;
+    for text headed to a model's context as data."""
+    if isinstance(value, str):
+        return bounded(value, limit)
+    if isinstance(value, dict):
+        return {bounded(str(k), limit): safe_data(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe_data(v, limit) for v in value]
+    return value

@@ -21,6 +21,7 @@ Intent is decided: each waits, Pending, with a condition that says why.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Callable, Sequence
@@ -595,7 +596,10 @@ class IntentReconciler:
                                "device there.", {})
             return
         except DeviceRefused as refusal:
-            await self._finish(body, view, "FAILED", f"The device refused: {refusal}.", {})
+            # The device's words are data: quoted and labelled in the message, and kept apart in deviceError.
+            said = str(refusal)
+            await self._finish(body, view, "FAILED", f"The device refused; it reported (untrusted text): "
+                                                     f"{json.dumps(said, ensure_ascii=False)}.", {"device_error": said})
             return
         except Superseded as superseded:
             await self._finish(body, view, "FAILED", f"Not executed: {superseded}.", {})
@@ -632,6 +636,7 @@ class IntentReconciler:
             "level": status.get("level", previous.get("level")),
             "paramsHash": status.get("params_hash", previous.get("paramsHash")),
             "approval": previous.get("approval"), "commandId": previous.get("commandId"),
+            **({"deviceError": status["device_error"]} if "device_error" in status else {}),
             "approvers": self._approvers(body["metadata"]["namespace"],
                                          [n for n in (previous.get("approval") or "").split(",") if n])})
         return await self._announce(await self._write(body, status, "final"), view, code, message)
@@ -657,7 +662,8 @@ class IntentReconciler:
         status = {"phase": phase_of(data["code"]), "code": data["code"], "message": data["message"],
                   "before": data.get("before"), "after": data.get("after"), "risk": data.get("risk"),
                   "level": data.get("level"), "params_hash": data.get("paramsHash"),
-                  "command_id": data.get("commandId"), "decided_at": recorded.at.replace(microsecond=0)}
+                  "command_id": data.get("commandId"), "device_error": data.get("deviceError"),
+                  "decided_at": recorded.at.replace(microsecond=0)}
         log.info("Intent %s: its decision (audit seq %d) is restored from the audit log", _name(body), recorded.seq)
         written = await self._write(body, {k: v for k, v in status.items() if v is not None}, "restored")
         return await self._announce(written, view, data["code"], data["message"])
