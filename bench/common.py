@@ -112,7 +112,7 @@ def running_corral(plane: Plane, admin: Any, namespace: str, devices: dict[str, 
     if tls:
         from corral.devcluster.files import BROKER_CONTROLLER
 
-        controller_args = ("--mqtt", plane.mqtt_url_as(BROKER_CONTROLLER, tls=True), "--mqtt-ca",
+        controller_args = (*plane.mqtt_args_as(BROKER_CONTROLLER, tls=True), "--mqtt-ca",
                            str(plane.mqtt_ca_file), *controller_args)
     with tempfile.TemporaryDirectory() as logs, \
             running_fleet(plane, prefix, devices, enroll_in=(admin, namespace), tls=tls):

@@ -41,7 +41,7 @@ class Broker(Protocol):
     @property
     def broker_passwords(self) -> dict[str, str]: ...
 
-    def mqtt_url_as(self, who: str, tls: bool = False) -> str: ...
+    def mqtt_args_as(self, who: str, tls: bool = False) -> list[str]: ...
 
 
 @dataclass
@@ -51,10 +51,11 @@ class OwnBroker:
     broker_passwords: dict[str, str] = field(default_factory=broker.new_passwords)
     tls_port: int = field(default_factory=free_port)
 
-    def mqtt_url_as(self, who: str, tls: bool = False) -> str:
-        password = self.broker_passwords["controller" if who == files.BROKER_CONTROLLER else "admin"]
+    def mqtt_args_as(self, who: str, tls: bool = False) -> list[str]:
+        """`corral run` options that connect as `who`: the username in the URL, the password by file."""
         port = self.tls_port if tls else self.mqtt_port
-        return f"{'mqtts' if tls else 'mqtt'}://{quote(who)}:{quote(password)}@127.0.0.1:{port}"
+        return ["--mqtt", f"{'mqtts' if tls else 'mqtt'}://{quote(who)}@127.0.0.1:{port}",
+                "--mqtt-password-file", str(broker.password_file(self.directory, who))]
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import kubernetes
 
@@ -23,6 +24,7 @@ from corral.api.codes import GROUP, VERSION
 from corral.devcluster.files import BROKER_CONTROLLER
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
+from corral.privatefile import write_private
 from tests.harness import healthz, wait_for
 
 CORRAL = str(Path(sys.executable).parent / "corral")
@@ -62,17 +64,31 @@ class ControllerProcess:
 
     def start(self) -> None:
         argv = [
-            CORRAL, "run", "--mqtt", self.mqtt_url or self.plane.mqtt_url_as(BROKER_CONTROLLER),
+            CORRAL, "run", *self._mqtt_args(),
             *(("--watch-namespace", self.namespace) if self.namespace else ()), "--topic-prefix", self.prefix,
             "--health-port", str(self.health_port), "--command-timeout", "4",
             "--audit-dir", str(self.audit_dir), "--audit-key", str(self.audit_key),
             *(("--audit-checkpoint", f"{self.namespace}/corral-controller") if self.namespace else ()),
-            "--audit-checkpoint-interval", "5", "--serve-port", str(self.serve_port), *self.extra,
+            "--audit-checkpoint-interval", "5", "--serve-port", str(self.serve_port),
+            # Tests fire Intents faster than an agent may (the soak: 10 a second); the rate limit's own test sets it.
+            "--rate-limit", "0/60", *self.extra,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         wait_for(self._healthy, f"the controller to answer /healthz (log: {self.log_path})", timeout_s=30)
+
+    def _mqtt_args(self) -> list[str]:
+        """The broker account as `corral run` takes it: the username in the URL, the password from a file."""
+        if self.mqtt_url is None:
+            return self.plane.mqtt_args_as(BROKER_CONTROLLER)
+        parts = urlsplit(self.mqtt_url)
+        if parts.password is None:
+            return ["--mqtt", self.mqtt_url]
+        secret = self.log_path.parent / f"{self.log_path.stem}-mqtt.password"
+        write_private(secret, unquote(parts.password))
+        account = urlunsplit(parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}"))
+        return ["--mqtt", account, "--mqtt-password-file", str(secret)]
 
     def _healthy(self) -> bool:
         assert self.proc is not None

@@ -473,7 +473,9 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     args[args.index("--audit-checkpoint-interval") + 1] = "1"  # the chart's 300 s would outlast the test
     mounted = mounted_files(installed, "controller")
     args = localized(args, tmp_path, mounted)
-    env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "CORRAL_MQTT_URL": plane.mqtt_url_as(files.BROKER_CONTROLLER)}
+    env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig),
+           "CORRAL_MQTT_URL": f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{plane.mqtt_port}",
+           "CORRAL_MQTT_PASSWORD_FILE": str(plane.password_file(files.BROKER_CONTROLLER))}
     agent_token = _user(installed, "agent", "agent-operator")
     approver_token = _user(installed, "approver", "approver", person=True)
     agent = api_client(plane, token=agent_token)

@@ -156,7 +156,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
         # their contracts say; at most the site's devices may be enrolled in the namespace.
         controller = ControllerProcess(
             plane, namespace, prefix, directory / "controller.log",
-            "--mqtt", plane.mqtt_url_as(BROKER_CONTROLLER, tls=True), "--mqtt-ca", str(plane.mqtt_ca_file),
+            *plane.mqtt_args_as(BROKER_CONTROLLER, tls=True), "--mqtt-ca", str(plane.mqtt_ca_file),
             "--command-timeout", "20", "--intent-timeout", "20", "--contract-hold-window", str(HOLD_S),
             "--risk-floor", "corral-lock/locked=high", "--max-devices-per-namespace", str(len(SITE_DEVICES)))
         try:

@@ -31,8 +31,9 @@ def start_sim(plane: Plane, prefix: str, ids: set[str], credentials: Path, *args
     passwords = {device_id: secrets.token_urlsafe(16) for device_id in ids}
     device_accounts(plane, prefix, passwords)
     write_credentials(credentials, passwords)
-    # The env of `corral dev up` carries the controller's account in the URL: the sim must not use it.
-    env = {**os.environ, "CORRAL_MQTT_URL": plane.mqtt_url_as(BROKER_CONTROLLER)}
+    # The env of `corral dev up` names the controller's account and its password file: the sim must not use it.
+    env = {**os.environ, "CORRAL_MQTT_URL": f"mqtt://{BROKER_CONTROLLER}@127.0.0.1:{plane.mqtt_port}",
+           "CORRAL_MQTT_PASSWORD_FILE": str(plane.password_file(BROKER_CONTROLLER))}
     return subprocess.Popen(
         [*CORRAL, "sim", "--prefix", prefix, "--credentials", str(credentials), *args], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],

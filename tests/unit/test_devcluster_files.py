@@ -6,6 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from corral.devcluster import files
@@ -35,14 +36,28 @@ def test_token_file_puts_only_the_admin_in_system_masters() -> None:
 def test_env_file_can_be_sourced_even_with_spaces_in_paths(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "my dir" / "kubeconfig"
     env = tmp_path / "env"
-    env.write_text(files.env_file(kubeconfig, "mqtt://127.0.0.1:1883", tmp_path / "bin dir"))
+    env.write_text(files.env_file(kubeconfig, "mqtt://corral-controller@127.0.0.1:1883", tmp_path / "pw dir" / "pw",
+                                  tmp_path / "bin dir"))
     out = subprocess.run(
-        ["bash", "-c", f'source "{env}" && printf "%s\\n%s\\n%s" "$KUBECONFIG" "$CORRAL_MQTT_URL" "${{PATH%%:*}}"'],
+        ["bash", "-c", f'source "{env}" && printf "%s\\n%s\\n%s\\n%s" "$KUBECONFIG" "$CORRAL_MQTT_URL" '
+                       f'"$CORRAL_MQTT_PASSWORD_FILE" "${{PATH%%:*}}"'],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert out == [str(kubeconfig), "mqtt://127.0.0.1:1883", str(tmp_path / "bin dir")]
+    assert out == [str(kubeconfig), "mqtt://corral-controller@127.0.0.1:1883", str(tmp_path / "pw dir" / "pw"),
+                   str(tmp_path / "bin dir")]
+
+
+def test_env_file_exports_no_credential_only_where_the_password_file_is() -> None:
+    text = files.env_file(Path("/k"), "mqtts://corral-controller@127.0.0.1:8883", Path("/s/controller.password"),
+                          Path("/bin"), Path("/s/ca.crt"))
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in text.splitlines() if line.startswith("export"))
+    assert exported["CORRAL_MQTT_URL"] == "mqtts://corral-controller@127.0.0.1:8883"  # the account, by name only
+    assert exported["CORRAL_MQTT_PASSWORD_FILE"] == "/s/controller.password"
+    assert not [name for name in exported if re.search("PASSWORD$|TOKEN|SECRET|KEY$", name)]
+    with pytest.raises(ValueError, match="exports no password"):
+        files.env_file(Path("/k"), "mqtt://corral-controller:s3cret@127.0.0.1:1883", Path("/pw"), Path("/bin"))
 
 
 def test_broker_listens_on_loopback_only() -> None:

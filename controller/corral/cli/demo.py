@@ -15,6 +15,7 @@ import click
 import kubernetes
 
 from corral.api.codes import GATEWAY_AUDIENCE
+from corral.cli.mqttopts import broker_password, password_file_option
 from corral.client.errors import api_message
 from corral.devcluster import files
 from corral.devcluster.demo import Demo, Ready
@@ -56,16 +57,22 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
 @click.command()
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Use this cluster instead of starting the local plane (a private Mosquitto is started unless --mqtt).")
-@click.option("--mqtt", "mqtt_url", help="Use this broker instead of the local one.")
+@click.option("--mqtt", "mqtt_url", help="Use this broker instead of the local one: the controller's account by "
+                                          "name only, mqtt://USER@HOST:PORT (the password: --mqtt-password-file).")
+@password_file_option
 @click.option("--namespace", "-n", default="home", show_default=True, help="Namespace of the simulated home.")
 @click.option("--port", type=int, default=8000, show_default=True, help="Port of the MCP gateway (HTTP).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STATE_DIR,
               show_default=True, help="The local plane's state, the demo's logs and the agent's token.")
-def demo(kubeconfig: Path | None, mqtt_url: str | None, namespace: str, port: int, state_dir: Path) -> None:
+def demo(kubeconfig: Path | None, mqtt_url: str | None, mqtt_password_file: str | None, namespace: str, port: int,
+         state_dir: Path) -> None:
     """Run everything: control plane and broker, CRDs, a simulated home of 43 devices, the controller and the
     MCP gateway. Prints how to connect kubectl and an MCP client; Ctrl-C (or SIGTERM) stops what it started."""
+    if mqtt_url is not None:
+        broker_password(mqtt_url, mqtt_password_file)  # refused now, not after the plane started
     progress = Progress(state_dir / "demo-logs" / "demo.log")
-    run = Demo(state_dir, progress, kubeconfig, mqtt_url, namespace, port)
+    run = Demo(state_dir, progress, kubeconfig, mqtt_url, namespace, port,
+               mqtt_password_file=Path(mqtt_password_file).resolve() if mqtt_password_file else None)
     # Explicit handlers for both: a demo started with SIGINT ignored (a background job of a non-interactive
     # shell, nohup, some CI runners) would otherwise never hear Ctrl-C, and SIGTERM would kill it outright.
     for sig in (signal.SIGINT, signal.SIGTERM):

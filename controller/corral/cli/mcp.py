@@ -40,7 +40,7 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
 
 
 @click.command()
-@observability_options("corral-gateway")
+@observability_options("corral-gateway", host_option="host")
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
               help="stdio: act as the kubeconfig's user. http: Streamable HTTP, each request acts as its bearer token.")
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig: the cluster (and, for stdio, the caller).")

@@ -15,11 +15,11 @@ import kubernetes
 
 from corral.api.codes import PEOPLE_NAMESPACE
 from corral.audit.signer import Retention
-from corral.cli.obsopts import observability_options
+from corral.cli.mqttopts import broker_password, password_file_option
+from corral.cli.obsopts import LOOPBACK, observability_options
 from corral.contract.trust import RiskFloors
 from corral.decide.approvals import People, people_of
 from corral.decide.decision import Policy
-from corral.devices.link import BrokerAddress
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
@@ -33,10 +33,12 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 
 
 @click.command()
-@observability_options("corral-controller")
+@observability_options("corral-controller", host_option="listen_host")
 @click.option("--mqtt", "mqtt_url", envvar="CORRAL_MQTT_URL", required=True,
-              help="Broker URL with the controller's account: mqtt://user:pass@host:1883 or mqtts://user:pass@host:8883 "
-                   "(env CORRAL_MQTT_URL).")
+              help="Broker URL with the controller's username and no password: mqtt://corral-controller@host:1883 or "
+                   "mqtts://corral-controller@host:8883 (env CORRAL_MQTT_URL). A URL with a password is refused: "
+                   "use --mqtt-password-file.")
+@password_file_option
 @click.option("--mqtt-ca", "mqtt_ca", envvar="CORRAL_MQTT_CA", type=click.Path(dir_okay=False, exists=True),
               help="mqtts://: the CA file that signed the broker's certificate (default: the system's; env CORRAL_MQTT_CA).")
 @click.option("--mqtt-cert", type=click.Path(dir_okay=False, exists=True),
@@ -87,6 +89,9 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Seconds finished Intents are kept before they are deleted.")
 @click.option("--health-port", type=int, default=8080, show_default=True,
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
+@click.option("--listen-host", default=LOOPBACK, show_default=True, metavar="ADDRESS",
+              help="Address the health port, the HTTPS reader (--serve-port) and /metrics listen on; 0.0.0.0 in a Pod, "
+                   "where the kubelet, the API server and Prometheus reach them over the network.")
 @click.option("--require-signatures", is_flag=True, help="Refuse contracts without a valid Ed25519 signature.")
 @click.option("--signing-keys", metavar="NAMESPACE/SECRET",
               help="Secret whose data entries are the trusted contract signing public keys.")
@@ -135,6 +140,7 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
+    mqtt_password_file: str | None,
     mqtt_ca: str | None,
     mqtt_cert: str | None,
     mqtt_key: str | None,
@@ -158,6 +164,7 @@ def run(
     intent_timeout: float,
     intent_ttl: float,
     health_port: int,
+    listen_host: str,
     require_signatures: bool,
     signing_keys: str | None,
     audit_dir: str,
@@ -192,6 +199,7 @@ def run(
         raise click.UsageError("--requestheader-from-cluster reads the requestheader CA from the cluster; "
                                "leave out --requestheader-client-ca-file")
     notifications, console = _notifications(notify_config), _console_url(console_url)  # checked before anything runs
+    mqtt_password = broker_password(mqtt_url, mqtt_password_file)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
@@ -200,6 +208,7 @@ def run(
     _load_kube_config()
     config = ControllerConfig(
         mqtt_url=mqtt_url,
+        mqtt_password=mqtt_password,
         topic_prefix=topic_prefix,
         mqtt_ca_file=mqtt_ca,
         mqtt_cert_file=mqtt_cert,
@@ -224,6 +233,7 @@ def run(
         audit_max_bytes=audit_max_bytes,
         audit_retention=Retention(audit_retention_days * 86400.0, audit_max_total_bytes or None),
         serve_port=serve_port,
+        serve_host=listen_host,
         serve_cert_file=serve_cert,
         serve_key_file=serve_key,
         front_proxy=_front_proxy(requestheader_client_ca_file, requestheader_allowed_names, requestheader_from_cluster),
@@ -234,10 +244,6 @@ def run(
         raise click.UsageError("--serve-cert and --serve-key go together")
     if audit_checkpoint is not None and audit_checkpoint.count("/") != 1:
         raise click.BadParameter(f"{audit_checkpoint!r}: use NAMESPACE/NAME", param_hint="--audit-checkpoint")
-    try:
-        BrokerAddress.parse(mqtt_url)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--mqtt") from None
     required = dict(Policy().approvals_required)
     for pair in approvals:
         risk, _, count = pair.partition("=")
@@ -253,7 +259,7 @@ def run(
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )
-    asyncio.run(_operate(config, intent_settings, health_port, list(watch_namespaces)))
+    asyncio.run(_operate(config, intent_settings, health_port, listen_host, list(watch_namespaces)))
 
 
 def _people(namespace: str, service_accounts: tuple[str, ...]) -> People:
@@ -348,7 +354,7 @@ def _load_kube_config() -> None:
         raise click.ClickException(f"no Kubernetes credentials: {err} (set KUBECONFIG or run in a cluster)") from None
 
 
-async def _operate(config: ControllerConfig, intent_settings: IntentSettings, health_port: int,
+async def _operate(config: ControllerConfig, intent_settings: IntentSettings, health_port: int, host: str,
                    namespaces: list[str]) -> None:
     # A write past a file size limit fails with EFBIG instead of killing the process: the audit log then
     # refuses new decisions and says why, and the controller keeps driving devices.
@@ -360,5 +366,10 @@ async def _operate(config: ControllerConfig, intent_settings: IntentSettings, he
         clusterwide=not namespaces,
         namespaces=namespaces,
         standalone=True,
-        liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+        liveness_endpoint=f"http://{_url_host(host)}:{health_port}/healthz" if health_port else None,
     )
+
+
+def _url_host(host: str) -> str:
+    """An address as a URL's host: IPv6 in brackets."""
+    return f"[{host}]" if ":" in host else host

@@ -12,7 +12,9 @@ from types import FrameType
 
 import click
 
+from corral.cli.mqttopts import password_file_option, refuse_password_in_url
 from corral.devices.credentials import CredentialsError, read_credentials
+from corral.privatefile import SecretFileError, read_secret
 from corral_sim.catalog import CatalogError, contract_for, device_types, normalize_type
 from corral_sim.fleet import Broker, DeviceSpec, Faults, Fleet, FleetError, FleetOptions, device_specs
 from corral_sim.presets import PRESETS, preset
@@ -50,6 +52,13 @@ def _check_reachable(broker: Broker) -> None:
         ) from None
 
 
+def _shared_password(path: str) -> str:
+    try:
+        return read_secret(path, "MQTT password")
+    except SecretFileError as err:
+        raise click.BadParameter(str(err), param_hint="--mqtt-password-file") from None
+
+
 def _list_devices() -> None:
     for device_type in device_types():
         contract = contract_for(device_type)
@@ -71,8 +80,10 @@ def _list_devices() -> None:
 @click.option("--mqtt-ca", envvar="CORRAL_MQTT_CA", metavar="FILE", type=click.Path(dir_okay=False, exists=True),
               help="mqtts://: the CA that signed the broker's certificate [env CORRAL_MQTT_CA].")
 @click.option("--shared-account", is_flag=True,
-              help="Every device connects with the account in the --mqtt URL (brokers that neither authenticate "
-                   "devices one by one nor use usernames as client ids).")
+              help="Every device connects with the account named in the --mqtt URL, its password from "
+                   "--mqtt-password-file (brokers that neither authenticate devices one by one nor use usernames as "
+                   "client ids).")
+@password_file_option
 @click.option("--prefix", default="iot", show_default=True, help="Topic prefix: devices use PREFIX/ID/info, .../cmd, ...")
 @click.option("--telemetry-interval", default=5.0, show_default=True, type=click.FloatRange(min=0.05), metavar="SECONDS", help="Each device publishes telemetry this often.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of sensor noise, input changes and fault timing: same seed, same readings and faults.")
@@ -87,7 +98,7 @@ def sim(
     preset_name: str | None, devices: tuple[str, ...], count: int, mqtt_url: str | None, prefix: str,
     telemetry_interval: float, seed: int, drop_link_every: float | None, link_down: float, ack_delay: int,
     power_cycle_every: float | None, power_off: float, duration: float | None, list_types: bool,
-    credentials_file: str | None, mqtt_ca: str | None, shared_account: bool,
+    credentials_file: str | None, mqtt_ca: str | None, shared_account: bool, mqtt_password_file: str | None,
 ) -> None:
     """Run simulated devices: each its own firmware instance with its own MQTT connection.
 
@@ -109,6 +120,7 @@ def sim(
         raise click.UsageError(f"nothing to simulate: pass --preset home or --device TYPE (types: {', '.join(device_types())})")
     if not mqtt_url:
         raise click.UsageError(f"no broker: pass --mqtt URL or set {MQTT_URL_ENV} (`source .corral/dev/env` after `corral dev up`)")
+    refuse_password_in_url(mqtt_url)
     if credentials_file and shared_account:
         raise click.UsageError("--credentials and --shared-account exclude each other: each device has its own "
                                "account, or all share the URL's")
@@ -117,6 +129,8 @@ def sim(
         broker = Broker.from_url(mqtt_url, credentials, mqtt_ca)
         if not shared_account:
             broker = dataclasses.replace(broker, username=None, password=None)
+        elif mqtt_password_file:
+            broker = dataclasses.replace(broker, password=_shared_password(mqtt_password_file))
         if credentials is not None:
             missing = sorted(spec.device_id for spec in specs if spec.device_id not in credentials)
             if missing:

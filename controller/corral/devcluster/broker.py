@@ -49,6 +49,12 @@ def new_passwords() -> dict[str, str]:
     return {"controller": secrets.token_urlsafe(24), "admin": secrets.token_urlsafe(24)}
 
 
+def password_file(directory: Path, who: str) -> Path:
+    """Where prepare() keeps the password of the account `who` (files.BROKER_CONTROLLER or BROKER_ADMIN), for
+    `--mqtt-password-file`: a process that connects as it reads it there, never from its arguments."""
+    return directory / f"{who}.password"
+
+
 def certificates(directory: Path) -> files.BrokerTls:
     """The broker's CA and server certificate in directory/tls, made on first use (tls.port is filled later)."""
     tls = directory / "tls"
@@ -73,12 +79,15 @@ def device_ca(directory: Path) -> KeyPair:
 def prepare(directory: Path, port: int, tls_port: int, passwords: dict[str, str]) -> BrokerFiles:
     """Write what the broker starts with; returns where its configuration is."""
     directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)  # the accounts' passwords and the CA's key are in here
     tls = certificates(directory)
     tls = files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file)
     dynsec = directory / "dynamic-security.json"
     state = files.dynsec_config(passwords["controller"], passwords["admin"],
                                 (secrets.token_bytes(12), secrets.token_bytes(12)))
     write_private(dynsec, json.dumps(state, indent=1).encode())
+    write_private(password_file(directory, files.BROKER_CONTROLLER), passwords["controller"] + "\n")
+    write_private(password_file(directory, files.BROKER_ADMIN), passwords["admin"] + "\n")
     conf = directory / "mosquitto.conf"
     conf.write_text(files.mosquitto_conf(port, plugin_path(), dynsec, tls))
     return BrokerFiles(conf, tls.ca_file, passwords["controller"], passwords["admin"])

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import kubernetes
 import yaml
@@ -34,10 +34,11 @@ from corral.client.install import install_api
 from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.plane import DevPlane, find_mosquitto
-from corral.devcluster.processes import accepts_connections, free_port, port_is_free
+from corral.devcluster.processes import accepts_connections, child_environment, free_port, port_is_free
 from corral.devcluster.readings_api import register_readings_api, unregister_readings_api
 from corral.devices.credentials import write_credentials
 from corral.gateway.identity import Caller, anonymous
+from corral.privatefile import write_private
 from corral_sim.fleet import DeviceSpec
 from corral_sim.presets import preset
 
@@ -55,16 +56,22 @@ class Child:
 
 @dataclass(frozen=True)
 class BrokerAt:
-    """The broker: as the controller connects (with its account) and where devices connect (their own)."""
+    """The broker: as the controller connects (its account's name in the URL, the password in a file) and where
+    devices connect (with their own accounts)."""
 
     controller_url: str
     device_url: str
+    controller_password_file: Path | None = None
 
     @classmethod
-    def of(cls, url: str) -> BrokerAt:
+    def of(cls, url: str, password_file: Path | None = None) -> BrokerAt:
         parts = urlsplit(url)
         address = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-        return cls(url, urlunsplit(parts._replace(netloc=address)))
+        return cls(url, urlunsplit(parts._replace(netloc=address)), password_file)
+
+    def controller_args(self) -> list[str]:
+        return ["--mqtt", self.controller_url, *(["--mqtt-password-file", str(self.controller_password_file)]
+                                                 if self.controller_password_file is not None else [])]
 
 
 @dataclass
@@ -83,17 +90,19 @@ class Demo:
     state_dir: Path
     progress: Progress
     kubeconfig: Path | None = None
-    mqtt_url: str | None = None
+    mqtt_url: str | None = None  # the controller's account by name; its password in mqtt_password_file
     namespace: str = "home"
     gateway_port: int = 8000
     children: list[Child] = field(default_factory=list)
     _plane: DevPlane | None = None
     _readings_api: kubernetes.client.ApiClient | None = None  # registered the APIService with this client
+    mqtt_password_file: Path | None = None
 
     # ---- start -----------------------------------------------------------------------------------------------
 
     def start(self) -> Ready:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.chmod(0o700)  # the agent's token, the devices' passwords and the audit keys are in here
         logs = self.state_dir / "demo-logs"
         logs.mkdir(exist_ok=True)
         kubeconfig, broker_at, own_plane = self._cluster_and_broker(logs)
@@ -103,7 +112,7 @@ class Demo:
         token_file = self._agent_token(admin)
         devices = preset("home")
         credentials = self._enroll(admin, devices)
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        env = child_environment(os.environ, KUBECONFIG=str(kubeconfig))
         self.progress(f"starting {len(devices)} simulated devices, the controller and the MCP gateway")
         self._spawn("sim", ["sim", "--preset", "home", "--mqtt", broker_at.device_url, "--credentials",
                             str(credentials)], env, logs)
@@ -113,7 +122,7 @@ class Demo:
                       f"{self.state_dir / 'audit-keys' / 'serving-ca.crt'} (files in {self.state_dir / 'audit'})")
         # On the local plane the readings are an aggregated API too: the controller believes its front proxy.
         front_proxy = self._front_proxy_ca()
-        self._spawn("controller", ["run", "--mqtt", broker_at.controller_url, "--watch-namespace", self.namespace,
+        self._spawn("controller", ["run", *broker_at.controller_args(), "--watch-namespace", self.namespace,
                                    "--health-port", str(health), "--serve-port", str(audit_port),
                                    "--audit-dir", str(self.state_dir / "audit"),
                                    "--audit-checkpoint", f"{self.namespace}/corral-controller",
@@ -159,21 +168,24 @@ class Demo:
                 self._plane = plane
                 found = plane.up()
             if self.mqtt_url is not None:
-                return found.kubeconfig, BrokerAt.of(self.mqtt_url), self._plane is not None
-            return (found.kubeconfig, BrokerAt(found.mqtt_url_as(files.BROKER_CONTROLLER), found.mqtt_url),
+                return found.kubeconfig, BrokerAt.of(self.mqtt_url, self.mqtt_password_file), self._plane is not None
+            account = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{found.mqtt_port}"
+            return (found.kubeconfig, BrokerAt(account, found.mqtt_url, found.password_file(files.BROKER_CONTROLLER)),
                     self._plane is not None)
         if self.mqtt_url is not None:
-            return self.kubeconfig, BrokerAt.of(self.mqtt_url), False
+            return self.kubeconfig, BrokerAt.of(self.mqtt_url, self.mqtt_password_file), False
         port = free_port()
         passwords = broker.new_passwords()
         prepared = broker.prepare(self.state_dir / "demo-broker", port, free_port(), passwords)
         self.progress(f"starting a private Mosquitto on 127.0.0.1:{port} (no anonymous clients)")
         self.children.append(Child("mosquitto", subprocess.Popen(
             [find_mosquitto(), "-c", str(prepared.conf)], stdout=open(logs / "mosquitto.log", "ab"),  # noqa: SIM115 - the child owns it
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), logs / "mosquitto.log"))
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_environment(os.environ)),
+            logs / "mosquitto.log"))
         _wait(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
-        controller = f"mqtt://{files.BROKER_CONTROLLER}:{quote(passwords['controller'])}@127.0.0.1:{port}"
-        return self.kubeconfig, BrokerAt(controller, f"mqtt://127.0.0.1:{port}"), False
+        controller = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{port}"
+        return self.kubeconfig, BrokerAt(controller, f"mqtt://127.0.0.1:{port}", broker.password_file(
+            self.state_dir / "demo-broker", files.BROKER_CONTROLLER)), False
 
     def _enroll(self, admin: kubernetes.client.ApiClient, devices: list[DeviceSpec]) -> Path:
         """Enroll the simulated home as a person would (`corral devices enroll`): a Device and a credential
@@ -235,8 +247,7 @@ class Demo:
             "agent", self.namespace, request).status.token
         self._check_audience(admin, token)
         path = self.state_dir / "agent-token"
-        path.touch(mode=0o600)
-        path.write_text(token)
+        write_private(path, token)
         return path
 
     def _check_audience(self, admin: kubernetes.client.ApiClient, token: str) -> None:

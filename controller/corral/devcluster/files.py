@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -53,21 +54,27 @@ def kubeconfig(server: str, ca_pem: bytes, admin_token: str, user_token: str) ->
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def env_file(kubeconfig_path: Path, mqtt_url: str, kubectl_dir: Path, mqtt_ca: Path | None = None) -> str:
+def env_file(kubeconfig_path: Path, mqtt_url: str, mqtt_password_file: Path, kubectl_dir: Path,
+             mqtt_ca: Path | None = None) -> str:
     """Shell assignments for `source .corral/dev/env`.
 
-    CORRAL_MQTT_URL carries the controller's broker account (`corral run` reads it); the file is private.
-    PATH gains the directory of the kubectl built with the plane, because the
-    system kubectl may be more than one minor version away from the server.
+    No credential in it: whatever a shell exports, every process it starts inherits, and a process's
+    environment is one more place a secret leaks from. CORRAL_MQTT_URL names the controller's broker account
+    without its password; CORRAL_MQTT_PASSWORD_FILE is where `corral run` reads that (mode 0600). PATH gains
+    the directory of the kubectl built with the plane, because the system kubectl may be more than one minor
+    version away from the server.
     """
+    if urlsplit(mqtt_url).password is not None:
+        raise ValueError("the env file exports no password: pass the broker URL with its username only")
     lines = [
         "# Written by `corral dev up`. Use: source .corral/dev/env",
         f"export KUBECONFIG={shlex.quote(str(kubeconfig_path))}",
         f"export CORRAL_MQTT_URL={shlex.quote(mqtt_url)}",
+        f"export CORRAL_MQTT_PASSWORD_FILE={shlex.quote(str(mqtt_password_file))}",
         f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"',
     ]
     if mqtt_ca is not None:
-        lines.insert(3, f"export CORRAL_MQTT_CA={shlex.quote(str(mqtt_ca))}")
+        lines.insert(4, f"export CORRAL_MQTT_CA={shlex.quote(str(mqtt_ca))}")
     return "\n".join(lines) + "\n"
 
 
@@ -134,19 +141,35 @@ def _everything(topics: list[str]) -> list[dict[str, Any]]:
             for acltype in ("publishClientSend", "publishClientReceive", "subscribePattern", "unsubscribePattern")]
 
 
+# What the controller does on the broker, for any one-level topic prefix (tests run many controllers with
+# prefixes of their own on one broker): run the dynamic security plugin, send commands and heartbeats, and
+# hear what devices publish. Nothing else: its account cannot speak as a device (no info, status, ack,
+# telemetry or event of its own) nor listen to other clients' traffic beyond the device protocol.
+CONTROLLER_SENDS = ("$CONTROL/dynamic-security/v1", "+/+/cmd", "+/_corral/heartbeat")
+CONTROLLER_HEARS = ("$CONTROL/dynamic-security/v1/response", *(f"+/+/{kind}" for kind in
+                                                                ("info", "status", "ack", "telemetry", "event")))
+
+
+def controller_acls() -> list[dict[str, Any]]:
+    # The plugin's answers need their own receive rule: the default allows receiving ordinary topics only.
+    return ([{"acltype": "publishClientSend", "topic": topic, "allow": True} for topic in CONTROLLER_SENDS]
+            + [{"acltype": "subscribePattern", "topic": topic, "allow": True} for topic in CONTROLLER_HEARS]
+            + [{"acltype": "publishClientReceive", "topic": CONTROLLER_HEARS[0], "allow": True}])
+
+
 def dynsec_config(controller_password: str, admin_password: str | None, salts: tuple[bytes, ...]) -> dict[str, Any]:
     """The plugin's starting state: the controller's account (and, given a password, the admin's) and nothing
     for anyone else (deny by default). `salts`: one per account, the controller's first.
 
-    The controller may run the plugin (it creates one account and one role per enrolled device) and use
-    every topic: tests run many controllers with topic prefixes of their own on one broker. The admin is
-    the broker's `system:masters`, for people and tests that inspect or play devices; a broker in a
+    The controller may run the plugin (it creates one account and one role per enrolled device), send
+    commands and heartbeats and hear devices (controller_acls), under any one-level topic prefix. The admin
+    is the broker's `system:masters`, for people and tests that inspect or play devices; a broker in a
     cluster (the chart's, `corral broker init-dynsec`) has none.
     """
     control = ["$CONTROL/dynamic-security/#"]
     clients = [{"username": BROKER_CONTROLLER, "textName": "Corral controller", "roles": [{"rolename": BROKER_CONTROLLER}],
                 **dynsec_password(controller_password, salts[0])}]
-    roles = [{"rolename": BROKER_CONTROLLER, "acls": _everything([*control, "#"])}]
+    roles = [{"rolename": BROKER_CONTROLLER, "acls": controller_acls()}]
     if admin_password is not None:
         clients.append({"username": BROKER_ADMIN, "textName": "Corral local plane admin",
                         "roles": [{"rolename": BROKER_ADMIN}], **dynsec_password(admin_password, salts[1])})

@@ -84,12 +84,15 @@ class Plane:
     def mqtt_tls_port(self) -> int:
         return int(self.mqtt_tls_url.rsplit(":", 1)[1])
 
-    def mqtt_url_as(self, who: str, tls: bool = False) -> str:
-        """The broker's URL with the account of `who` (files.BROKER_CONTROLLER or files.BROKER_ADMIN)."""
-        password = self.broker_passwords["controller" if who == files.BROKER_CONTROLLER else "admin"]
+    def password_file(self, who: str) -> Path:
+        """The file (mode 0600) holding the broker password of `who` (files.BROKER_CONTROLLER or BROKER_ADMIN)."""
+        return broker.password_file(self.state_dir / "broker", who)
+
+    def mqtt_args_as(self, who: str, tls: bool = False) -> list[str]:
+        """`corral run` options that connect as `who`: the URL with the username only, the password by file."""
         base = self.mqtt_tls_url if tls else self.mqtt_url
         scheme, rest = base.split("://", 1)
-        return f"{scheme}://{quote(who)}:{quote(password)}@{rest}"
+        return ["--mqtt", f"{scheme}://{quote(who)}@{rest}", "--mqtt-password-file", str(self.password_file(who))]
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,8 @@ class DevPlane:
         binary = ensure_binary(self.progress)
         mosquitto = find_mosquitto()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Tokens, keys, passwords, etcd's data and the kubeconfig live in here: no one else may even look in.
+        self.state_dir.chmod(0o700)
         state = self._load_state()
         tokens = state.setdefault("tokens", {})
         tokens.setdefault("admin", secrets.token_urlsafe(32))
@@ -166,6 +171,7 @@ class DevPlane:
             return [mosquitto, "-c", str(prepared.conf)]
 
         mqtt_port = self._ensure_running(state, BROKER, broker_argv, self._broker_config(mosquitto, tls_port))
+        self._write_password_files(state)
         state["version"] = binary.version
         self._save_state(state)
 
@@ -175,8 +181,9 @@ class DevPlane:
         write_private(self.kubeconfig_path, files.kubeconfig(
             plane.server, self._ca_file.read_bytes(), plane.admin_token, plane.user_token
         ))
-        write_private(self.env_path, files.env_file(self.kubeconfig_path, plane.mqtt_url_as(files.BROKER_CONTROLLER),
-                                                     binary.kubectl.parent, plane.mqtt_ca_file))
+        write_private(self.env_path, files.env_file(
+            self.kubeconfig_path, f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{mqtt_port}",
+            plane.password_file(files.BROKER_CONTROLLER), binary.kubectl.parent, plane.mqtt_ca_file))
         return plane
 
     @property
@@ -224,7 +231,17 @@ class DevPlane:
         tls = broker.certificates(self._broker_dir)
         conf = files.mosquitto_conf(_PORT, broker.plugin_path(), self._broker_dir / "dynamic-security.json",
                                     files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file))
-        return _config_hash([mosquitto, conf], [tls.ca_file, tls.cert_file])
+        # The controller's role too: a broker started with a wider one is restarted with this one.
+        return _config_hash([mosquitto, conf, json.dumps(files.controller_acls())], [tls.ca_file, tls.cert_file])
+
+    def _write_password_files(self, state: dict) -> None:
+        """The broker accounts' passwords as files (mode 0600) for `--mqtt-password-file`, again on every use:
+        a plane started by an older checkout had none."""
+        for who, key in ((files.BROKER_CONTROLLER, "controller"), (files.BROKER_ADMIN, "admin")):
+            path = broker.password_file(self._broker_dir, who)
+            password = (state.get("broker") or {}).get(key)
+            if password and (not path.exists() or path.read_text().strip() != password):
+                write_private(path, password + "\n")
 
     def stale(self) -> list[str]:
         """Components running with another configuration than this checkout would start them with."""
@@ -257,6 +274,7 @@ class DevPlane:
         plane = self._describe(state, binary, state[APISERVER]["port"], state[BROKER]["port"])
         if _get(plane.server, plane.ca_file, plane.admin_token, "/readyz") != "ok":
             return None
+        self._write_password_files(state)
         return plane
 
     def status(self) -> list[ComponentStatus]:

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,8 +36,21 @@ class ProcessRecord:
         return cls(pid=pid, argv=[str(a) for a in argv])
 
 
+# What a process the plane or the demo starts may inherit from whoever started it: where programs, the home
+# directory, the locale and temporary files are, and how Python finds Corral. Nothing else: an exported token,
+# password or proxy URL with credentials would sit in every child's /proc/PID/environ.
+INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+             "SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+def child_environment(parent: Mapping[str, str], **extra: str) -> dict[str, str]:
+    """A child's environment: INHERITED and the locale (LC_*) from `parent`, then `extra` (paths, never secrets)."""
+    kept = {name: value for name, value in parent.items() if name in INHERITED or name.startswith("LC_")}
+    return {**kept, **extra}
+
+
 def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None) -> ProcessRecord:
-    """Start argv in a new session with stdout and stderr appended to log_file."""
+    """Start argv in a new session with stdout and stderr appended to log_file, with only child_environment()."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
@@ -47,6 +61,7 @@ def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None) -> 
             cwd=cwd,
             start_new_session=True,
             close_fds=True,
+            env=child_environment(os.environ),
         )
     return ProcessRecord(pid=proc.pid, argv=argv)
 

@@ -18,7 +18,7 @@ import logging
 import ssl
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -44,13 +44,14 @@ class BrokerAddress:
     port: int
     tls: bool
     username: str | None
-    password: str | None
+    password: str | None = field(default=None, repr=False)  # never in a log line
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
         parsed = urlparse(url)
         if parsed.scheme not in ("mqtt", "mqtts") or not parsed.hostname:
-            raise ValueError(f"MQTT URL must look like mqtt://host:1883 or mqtts://user:pass@host:8883, got {url!r}")
+            shown = url.rsplit("@", 1)[-1]  # never repeat a password that came with it
+            raise ValueError(f"MQTT URL must look like mqtt://host:1883 or mqtts://user@host:8883, got {shown!r}")
         tls = parsed.scheme == "mqtts"
         return cls(
             host=parsed.hostname,
@@ -94,8 +95,13 @@ class MqttLink:
         extra_subscriptions: tuple[str, ...] = (),
         tls: TlsFiles | None = None,
         heartbeat: Heartbeat | None = None,
+        password: str | None = None,
     ) -> None:
+        """`password`: the account's, read from a file (`corral run --mqtt-password-file`); it wins over one in
+        the URL, which only in-process callers (tests) may still use."""
         self.address = BrokerAddress.parse(url)
+        if password is not None:
+            self.address = replace(self.address, password=password)
         self.topics = topics
         self.extra_subscriptions = extra_subscriptions
         self.tls = tls or TlsFiles()

@@ -50,7 +50,7 @@ def device_online_changed(before: bool | None, after: bool | None, new: bool = F
     DEVICES.labels(online=online_label(after)).inc()
 
 
-def serve(port: int) -> None:
-    """/metrics on all interfaces, from a thread of prometheus_client's own (never the event loop)."""
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    """/metrics on `host`, from a thread of prometheus_client's own (never the event loop)."""
     if port:
-        start_http_server(port)
+        start_http_server(port, addr=host)

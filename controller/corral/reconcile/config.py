@@ -13,8 +13,10 @@ from corral.serving.frontproxy import FrontProxy
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    mqtt_url: str
+    mqtt_url: str  # never with a password in it: process arguments and environments are readable by others
     topic_prefix: str = "iot"
+    # The account's password, read from `--mqtt-password-file` (a Secret volume in the chart); kept out of reprs.
+    mqtt_password: str | None = field(default=None, repr=False)
     # mqtts://: the CA that signed the broker's certificate, and the controller's client certificate if any.
     mqtt_ca_file: str | None = None
     mqtt_cert_file: str | None = None
@@ -65,6 +67,8 @@ class ControllerConfig:
     # The HTTPS server that serves the audit log to callers with Kubernetes credentials (0: off). Without a
     # certificate, one is made beside the audit key (serving-ca.crt is the one to trust).
     serve_port: int = 8443
+    # Where it (and /healthz, /metrics) listens: loopback unless told otherwise (`--listen-host 0.0.0.0` in a Pod).
+    serve_host: str = "127.0.0.1"
     serve_cert_file: str | None = None
     serve_key_file: str | None = None
     # The aggregation layer's front proxy (its requestheader CA and allowed names), whose client certificate

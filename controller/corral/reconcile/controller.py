@@ -71,7 +71,7 @@ class Controller:
         tls = TlsFiles(config.mqtt_ca_file, config.mqtt_cert_file, config.mqtt_key_file)
         extra = (RESPONSE_TOPIC,) if config.manage_broker_accounts else ()
         self.link = MqttLink(config.mqtt_url, topics, self._on_mqtt, on_connected=self._on_connected,
-                             extra_subscriptions=extra, tls=tls,
+                             extra_subscriptions=extra, tls=tls, password=config.mqtt_password,
                              heartbeat=Heartbeat.on(topics, config.heartbeat_interval_s))
         self.driver = Driver(self.link, topics, config.command_timeout_s)
         key_file = Path(config.audit_key_file)
@@ -124,7 +124,7 @@ class Controller:
                 made = ensure_serving_certificate(key_file.parent)
                 cert, key_pem = str(made.cert_file), str(made.key_file)
             self.server = ReadServer(Reviews(kube.api, self.access), Path(config.audit_dir), config.serve_port, cert,
-                                     key_pem, source=port, front_proxy=config.front_proxy)
+                                     key_pem, host=config.serve_host, source=port, front_proxy=config.front_proxy)
 
     async def start(self) -> None:
         namespaces = self.config.watch_namespaces

@@ -54,7 +54,7 @@ def _problem(status: int, message: str) -> web.Response:
 
 class ReadServer:
     def __init__(self, reviews: Reviews, audit_dir: Path, port: int, cert_file: str, key_file: str,
-                 host: str = "0.0.0.0", source: readings.ReadingsSource | None = None,
+                 host: str = "127.0.0.1", source: readings.ReadingsSource | None = None,
                  front_proxy: FrontProxy | None = None) -> None:
         """front_proxy: the aggregation layer's requestheader CA and names; without it, a request that names
         its caller in X-Remote-* headers is refused."""
