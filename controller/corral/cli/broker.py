@@ -27,6 +27,7 @@ from corral.client.pki import new_ca
 from corral.devcluster import files
 from corral.devices.accounts import mosquitto_acl_file
 from corral.devices.topics import Topics
+from corral.privatefile import SecretFileError, read_secret
 
 PASSWORD_ENV = "CORRAL_BROKER_CONTROLLER_PASSWORD"
 
@@ -39,16 +40,26 @@ def broker() -> None:
 @broker.command("init-dynsec")
 @click.option("--file", "path", type=click.Path(dir_okay=False, writable=True, path_type=Path), required=True,
               help="Where to write the plugin's state (its plugin_opt_config_file); replaced if it exists.")
-def init_dynsec(path: Path) -> None:
+@click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="File holding the controller's broker password alone (mode 0600, or 0640 owned by root as a "
+                   f"Secret volume mounts it). Without it: the environment variable {PASSWORD_ENV}.")
+def init_dynsec(path: Path, password_file: Path | None) -> None:
     """Write the dynamic security plugin's starting state: the controller's account only, deny by default.
 
-    The controller's password comes from the environment variable CORRAL_BROKER_CONTROLLER_PASSWORD. The file is written
-    with mode 0600 (the broker reads and rewrites it).
+    The controller's password comes from --password-file (the chart mounts it from a Secret), else from the
+    environment variable CORRAL_BROKER_CONTROLLER_PASSWORD. The file is written with mode 0600 (the broker
+    reads and rewrites it).
     """
-    password = os.environ.get(PASSWORD_ENV, "")
+    if password_file is not None:
+        try:
+            password = read_secret(password_file, "controller's broker password")
+        except SecretFileError as err:
+            raise click.BadParameter(str(err), param_hint="--password-file") from None
+    else:
+        password = os.environ.get(PASSWORD_ENV, "")
     if not password:
-        raise click.UsageError(f"set {PASSWORD_ENV} to the controller's broker password "
-                               f"(the account {files.BROKER_CONTROLLER})")
+        raise click.UsageError(f"give the controller's broker password (the account {files.BROKER_CONTROLLER}) "
+                               f"in a file, --password-file FILE, or set {PASSWORD_ENV}")
     state = files.dynsec_config(password, None, (secrets.token_bytes(12),))
     write_private(path, (json.dumps(state, indent=1) + "\n").encode())
     click.echo(f"Wrote {path}: account {files.BROKER_CONTROLLER}, deny by default for everyone else.", err=True)

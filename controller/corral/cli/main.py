@@ -20,6 +20,7 @@ from corral.cli.mcp import mcp, tools
 from corral.cli.people import people
 from corral.cli.readings import readings
 from corral.cli.run import run
+from corral.cli.secrets import secrets
 from corral.cli.sim import sim
 
 
@@ -46,6 +47,7 @@ cli.add_command(mcp)
 cli.add_command(people)
 cli.add_command(readings)
 cli.add_command(run)
+cli.add_command(secrets)
 cli.add_command(sim)
 cli.add_command(tools)
 
