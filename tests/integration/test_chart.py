@@ -20,23 +20,26 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
+import click
 import kubernetes
 import pytest
 import yaml
 from click.testing import CliRunner
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.api.roles import USER_ROLE_RULES
-from corral.audit.keys import load_private_key
 from corral.cli.main import cli
 from corral.client.intents import decide_on, submit, wait_settled
+from corral.client.own_secrets import ensure_secret
+from corral.client.secret_material import Wanted, certificate_names
 from corral.devcluster import broker, files
 from corral.devcluster.plane import DevPlane, Plane, find_mosquitto
 from corral.devcluster.processes import accepts_connections, free_port
@@ -74,11 +77,14 @@ UNSIGNED = "signing.require=false"
 
 
 def test_the_readings_are_an_aggregated_api_served_by_the_controller_with_its_serving_ca(helm: Helm) -> None:
+    """The APIService names the controller's Service; its caBundle is not rendered (the CA is made at run time):
+    the init container publishes the serving CA there (installed: test_the_init_container_makes_...)."""
     docs = render(helm)
     service = find(docs, "APIService", "v1alpha1.readings.corral.dev")["spec"]
     assert service["service"] == {"name": f"{RELEASE}-controller", "namespace": SYSTEM, "port": 8443}
-    ca = find(docs, "ConfigMap", f"{RELEASE}-controller-serving-ca")["data"]["ca.crt"]
-    assert base64.b64decode(service["caBundle"]).decode().strip() == ca.strip()
+    assert "caBundle" not in service
+    assert options(init_of(docs), "--publish-ca") == [f"{RELEASE}-controller-serving=configmap/{RELEASE}-controller-serving-ca",
+                                                     f"{RELEASE}-controller-serving=apiservice/v1alpha1.readings.corral.dev"]
     assert "--requestheader-from-cluster" in container_of(docs, "controller")["args"]
     reader = next(d for d in docs if d["kind"] == "RoleBinding" and d["metadata"].get("namespace") == "kube-system")
     assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
@@ -99,6 +105,18 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 def container_of(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
     container: dict[str, Any] = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]["containers"][0]
     return container
+
+
+def init_of(docs: list[dict[str, Any]]) -> list[str]:
+    """The arguments of the controller pod's init container, `corral secrets ensure ...`."""
+    (init,) = pod_of(docs, "controller")["initContainers"]
+    assert init["name"] == "secrets" and init["args"][:2] == ["secrets", "ensure"]
+    return list(init["args"])
+
+
+def options(args: list[str], name: str) -> list[str]:
+    """Every value of a repeated option."""
+    return [args[i + 1] for i, arg in enumerate(args) if arg == name]
 
 
 def pod_of(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
@@ -151,11 +169,12 @@ def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str,
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-        for container in pod["containers"]:
+        for container in pod["containers"] + pod.get("initContainers", []):
             context = container["securityContext"]
             assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
             assert context["capabilities"]["drop"] == ["ALL"]
             assert container["resources"]["requests"]
+        for container in pod["containers"]:
             assert container["livenessProbe"] and container["readinessProbe"]
 
 
@@ -168,13 +187,17 @@ def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str,
 ])
 def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[str, ...], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CORRAL_MQTT_URL", "mqtt://broker:1883")  # from the Secret in a Pod
+    for key in ("CORRAL_MQTT_URL", "CORRAL_MQTT_PASSWORD_FILE"):
+        monkeypatch.delenv(key, raising=False)  # the rendered arguments alone say everything
     for deployment in (d for d in render(helm, *sets) if d["kind"] == "Deployment"):
-        for container in deployment["spec"]["template"]["spec"]["containers"]:
+        pod = deployment["spec"]["template"]["spec"]
+        for container in pod["containers"] + pod.get("initContainers", []):
             args = container.get("args") or []
-            if container.get("command") or not args or args[0] not in ("run", "mcp", "console"):
+            if container.get("command") or not args or args[0] not in ("run", "mcp", "console", "secrets"):
                 continue  # not a corral container (the bundled Mosquitto)
             command = cli.commands[args[0]]
+            if isinstance(command, click.Group):  # corral secrets ensure
+                command, args = command.commands[args[1]], args[1:]
             # raises a UsageError on anything corral refuses (the mounted files must exist: --serve-cert)
             command.make_context(args[0], localized(list(args[1:]), tmp_path))
 
@@ -244,21 +267,23 @@ def test_each_component_writes_its_own_audit_log_with_its_own_key(helm: Helm, tm
         "--audit-dir": "/var/lib/corral/gateway-audit", "--audit-key": "/etc/corral/audit-keys/gateway.pem",
         "--audit-checkpoint": f"{SYSTEM}/corral-gateway"}
     assert "--no-create-audit-key" in controller and "--no-create-audit-key" in gateway
-    keys = {k: base64.b64decode(v) for k, v in find(docs, "Secret", f"{RELEASE}-audit-keys")["data"].items()}
-    assert set(keys) == {"controller.pem", "gateway.pem"} and keys["controller.pem"] != keys["gateway.pem"]
+    # Both keys are made at run time in one Secret; the controller's init container writes its own key alone
+    # into a memory volume, and the gateway mounts its own key alone from the Secret.
+    init = init_of(docs)
+    assert options(init, "--ed25519") == [f"{RELEASE}-audit-keys/controller.pem", f"{RELEASE}-audit-keys/gateway.pem"]
+    assert [w for w in options(init, "--write") if "audit-keys" in w] == [
+        f"{RELEASE}-audit-keys/controller.pem=/etc/corral/audit-keys/controller.pem"]
     for component, claim in (("controller", f"{RELEASE}-controller-audit"), ("gateway", f"{RELEASE}-gateway-audit")):
         pod = pod_of(docs, component)
         volumes = {v["name"]: v for v in pod["volumes"]}
         mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
         assert volumes["audit"]["persistentVolumeClaim"]["claimName"] == claim
-        # Each pod sees its own key alone, read-only.
-        assert volumes["audit-key"]["secret"]["items"] == [{"key": f"{component}.pem", "path": f"{component}.pem"}]
         assert mounts["audit-key"]["readOnly"] is True
         assert find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["strategy"] == {"type": "Recreate"}
         assert find(docs, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
-        path = tmp_path / f"{component}.pem"
-        path.write_bytes(keys[f"{component}.pem"])
-        assert isinstance(load_private_key(path, create=False), Ed25519PrivateKey)
+    assert {v["name"]: v for v in pod_of(docs, "controller")["volumes"]}["audit-key"]["emptyDir"]["medium"] == "Memory"
+    assert {v["name"]: v for v in pod_of(docs, "gateway")["volumes"]}["audit-key"]["secret"] == {
+        "secretName": f"{RELEASE}-audit-keys", "defaultMode": 0o440, "items": [{"key": "gateway.pem", "path": "gateway.pem"}]}
     assert find(docs, "PersistentVolumeClaim", f"{RELEASE}-controller-audit")["spec"]["resources"]["requests"] == {
         "storage": "1Gi"}
     for name in ("corral-controller", "corral-gateway"):
@@ -268,16 +293,14 @@ def test_each_component_writes_its_own_audit_log_with_its_own_key(helm: Helm, tm
 
 
 def test_the_serving_certificate_is_for_the_service_and_loopback(helm: Helm) -> None:
+    """The names the init container makes the certificate for (the certificate itself: the installed tests)."""
     docs = render(helm, "audit.serving.extraNames={audit.example.org}")
-    tls = {k: base64.b64decode(v) for k, v in find(docs, "Secret", f"{RELEASE}-controller-serving")["data"].items()}
-    ca = find(docs, "ConfigMap", f"{RELEASE}-controller-serving-ca")["data"]["ca.crt"].encode()
-    assert ca.strip() == tls["ca.crt"].strip() and b"PRIVATE" not in ca
-    cert = x509.load_pem_x509_certificate(tls["tls.crt"])
-    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert set(names.get_values_for_type(x509.DNSName)) >= {
-        f"{RELEASE}-controller.{SYSTEM}.svc", "localhost", "audit.example.org"}
-    assert {str(ip) for ip in names.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "::1"}
+    (wanted,) = options(init_of(docs), "--server-cert")
+    secret, names = wanted.split("=")
+    assert secret == f"{RELEASE}-controller-serving"
+    assert set(names.split(",")) == {f"{RELEASE}-controller", f"{RELEASE}-controller.{SYSTEM}",
+                                     f"{RELEASE}-controller.{SYSTEM}.svc", f"{RELEASE}-controller.{SYSTEM}.svc.cluster.local",
+                                     "localhost", "127.0.0.1", "::1", "audit.example.org"}
 
 
 def test_audit_volumes_keys_and_certificates_of_your_own(helm: Helm) -> None:
@@ -299,8 +322,96 @@ def test_audit_volumes_keys_and_certificates_of_your_own(helm: Helm) -> None:
     assert [c["metadata"]["name"] for c in ephemeral if c["kind"] == "PersistentVolumeClaim"] == [
         f"{RELEASE}-gateway-audit"]
     kept = render(helm)
-    for kind, name in (("Secret", f"{RELEASE}-audit-keys"), ("PersistentVolumeClaim", f"{RELEASE}-controller-audit")):
-        assert find(kept, kind, name)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert options(init_of(kept), "--keep") == [f"{RELEASE}-audit-keys"], "no owner: it outlives an uninstall"
+    claim = find(kept, "PersistentVolumeClaim", f"{RELEASE}-controller-audit")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "--keep" not in init_of(render(helm, "audit.keepOnUninstall=false"))
+
+
+# The README's edge install on k3s, and every optional component on at once.
+K3S = ("mosquitto.enabled=true", "mosquitto.service.type=LoadBalancer", "signing.require=true",
+       "signing.keysSecret=corral-signing-keys")
+EVERYTHING = (*K3S, "mosquitto.plainListener=true", "metrics.enabled=true", "metrics.serviceMonitor.enabled=true",
+              "networkPolicy.enabled=true", "networkPolicy.egress.restrict=true", "console.enabled=true",
+              "gateway.deviceTools=true", "notifications.webhooks[0].name=phone", "notifications.webhooks[0].kind=ntfy",
+              "notifications.webhooks[0].secretName=ntfy")
+PEM_BLOCK = re.compile(r"-----BEGIN [A-Z ]*(PRIVATE KEY|CERTIFICATE)-----")
+
+
+def secret_env(docs: list[dict[str, Any]]) -> list[str]:
+    """Every environment variable a Secret fills, in any container of any workload."""
+    found = []
+    for doc in docs:
+        pod = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers", []) + pod.get("initContainers", []):
+            found += [f"{container['name']}: {e['name']}" for e in container.get("env") or []
+                      if "secretKeyRef" in (e.get("valueFrom") or {})]
+            found += [f"{container['name']}: envFrom {e['secretRef']}" for e in container.get("envFrom") or []
+                      if "secretRef" in e]
+    return found
+
+
+@pytest.mark.parametrize("sets", [(), K3S, EVERYTHING], ids=["defaults", "k3s", "everything"])
+def test_a_rendered_chart_holds_no_key_certificate_or_password(helm: Helm, sets: tuple[str, ...]) -> None:
+    """What a template generates lands in every release record and changes with every render: nothing secret is
+    generated (no PEM block, no Secret at all), two renders are byte for byte the same, and no container gets a
+    secret through its environment."""
+    args = ["template", RELEASE, str(CHART), "-n", SYSTEM, "--kube-version", KUBE_VERSION, "--set", UNSIGNED]
+    for value in sets:
+        args += ["--set", value]
+    first, second = helm(*args).stdout, helm(*args).stdout
+    assert first == second, "a second render differs: something is generated at render time"
+    assert not PEM_BLOCK.search(first)
+    docs = [d for d in yaml.safe_load_all(first) if d]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == []
+    assert secret_env(docs) == []
+    # Positive control: what the render leaves out is made at run time, by the controller's init container.
+    made = options(init_of(docs), "--server-cert") + options(init_of(docs), "--ed25519") + options(init_of(docs), "--password")
+    assert any(m.startswith(f"{RELEASE}-audit-keys/") for m in made)
+    if "mosquitto.enabled=true" in sets:
+        assert f"{RELEASE}-broker-accounts/controller-password" in made
+        assert any(m.startswith(f"{RELEASE}-mosquitto-tls=") for m in made)
+        mosquitto = pod_of(docs, "mosquitto")
+        assert flag(mosquitto["initContainers"][0]["args"], "--password-file") == "/etc/corral/broker/controller-password"
+
+
+def test_secrets_of_your_own_are_referenced_and_nothing_is_made(helm: Helm) -> None:
+    """With existingSecret values the chart mounts those Secrets and makes none: no init container, no right to
+    create Secrets. Positive control: the URL keeps the username, the password is a file from your Secret."""
+    docs = render(helm, "audit.existingKeySecret=my-keys", "audit.serving.existingSecret=my-tls",
+                  "mqtt.url=mqtts://broker.lan:8883", "mqtt.username=corral", "mqtt.existingSecret=my-broker",
+                  "mqtt.caSecret=my-ca")
+    pod = pod_of(docs, "controller")
+    assert "initContainers" not in pod
+    volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+    assert (volumes["audit-key"], volumes["serving"], volumes["mqtt-password"], volumes["mqtt-ca"]) == (
+        "my-keys", "my-tls", "my-broker", "my-ca")
+    assert {v["name"]: v for v in pod_of(docs, "gateway")["volumes"]}["audit-key"]["secret"]["secretName"] == "my-keys"
+    args = container_of(docs, "controller")["args"]
+    assert (flag(args, "--mqtt"), flag(args, "--mqtt-password-file")) == ("mqtts://corral@broker.lan:8883",
+                                                                         "/etc/corral/mqtt/password")
+    assert not [d for d in docs if d["kind"] in ("Secret", "Role") and d["metadata"]["name"].endswith("own-secrets")]
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    # The bundled broker with a certificate of your own: only the controller's password is still made here.
+    bundled = render(helm, "audit.existingKeySecret=my-keys", "audit.serving.existingSecret=my-tls",
+                     "mosquitto.enabled=true", "mosquitto.tls.secretName=my-broker-tls")
+    assert options(init_of(bundled), "--password") == [f"{RELEASE}-broker-accounts/controller-password"]
+    assert options(init_of(bundled), "--server-cert") == []
+    assert {v["name"]: v for v in pod_of(bundled, "mosquitto")["volumes"]}["certs"]["secret"]["secretName"] == "my-broker-tls"
+    assert {v["name"]: v for v in pod_of(bundled, "controller")["volumes"]}["mqtt-ca"]["secret"]["secretName"] == "my-broker-tls"
+
+
+@pytest.mark.parametrize(("sets", "refusal"), [
+    (("mqtt.url=mqtt://corral:hunter2@broker:1883",), "mqtt.url carries a password"),
+    (("mosquitto.enabled=true", "mqtt.existingSecret=mine"), "for a broker of your own"),
+    (("mqtt.existingSecret=mine",), "need the account's username"),
+])
+def test_a_password_in_the_controller_arguments_is_refused(helm: Helm, sets: tuple[str, ...], refusal: str) -> None:
+    args = ["template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED]
+    for value in sets:
+        args += ["--set", value]
+    done = helm(*args, check=False)
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr
 
 
 def test_the_audit_log_is_read_with_the_audit_verb(helm: Helm) -> None:
@@ -343,35 +454,50 @@ def test_the_approval_page_is_reached_only_on_its_port_and_reaches_only_the_api_
                 if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == f"{RELEASE}-console"]
 
 
-def test_the_bundled_broker_admits_only_its_accounts_over_tls(helm: Helm, tmp_path: Path) -> None:
-    """The bundled Mosquitto exactly as rendered (its mosquitto.conf, generated certificates and the init
-    container's `corral broker init-dynsec`), run by the local mosquitto: an anonymous client is refused,
-    the controller's account is admitted over verified TLS and may run the dynamic security plugin."""
-    docs = render(helm, "mosquitto.enabled=true", "mosquitto.tls.extraNames={127.0.0.1}")
+def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Installed, tmp_path: Path) -> None:
+    """The bundled Mosquitto exactly as rendered: the controller pod's init container makes its certificate and
+    the controller's password at run time (into Secrets of the installed plane), its own init container writes
+    the dynamic security state from the password file (`corral broker init-dynsec --password-file`), and the
+    local mosquitto runs its mosquitto.conf: an anonymous client is refused, the controller's account is
+    admitted over verified TLS and may run the dynamic security plugin."""
+    docs = render(installed.helm, "mosquitto.enabled=true", "mosquitto.tls.extraNames={127.0.0.1}")
     config = find(docs, "ConfigMap", f"{RELEASE}-mosquitto")["data"]["mosquitto.conf"]
-    tls = {k: base64.b64decode(v) for k, v in find(docs, "Secret", f"{RELEASE}-mosquitto-tls")["data"].items()}
-    ca = base64.b64decode(find(docs, "Secret", f"{RELEASE}-mosquitto-ca")["data"]["ca.crt"])
-    assert ca == tls["ca.crt"] and b"PRIVATE" not in ca
-    mqtt_secret = find(docs, "Secret", f"{RELEASE}-mqtt")["data"]
-    password = base64.b64decode(mqtt_secret["controller-password"]).decode()
-    url = urlsplit(base64.b64decode(mqtt_secret["url"]).decode())
-    assert (url.scheme, url.port, unquote(url.password or "")) == ("mqtts", 8883, password)
     assert "allow_anonymous false" in config and "use_username_as_clientid true" in config
     assert "listener 1883" not in config, "plain MQTT is opt-in (mosquitto.plainListener)"
+    assert "max_packet_size 262144" in config
+    pod_files = tmp_path / "controller-pod"
+    done = run_init_container(init_of(docs), pod_files, installed.plane.kubeconfig)
+    assert done.returncode == 0, done.stderr
+    core = kubernetes.client.CoreV1Api(installed.admin)
+
+    def secret(name: str) -> dict[str, bytes]:
+        return {k: base64.b64decode(v) for k, v in core.read_namespaced_secret(name, SYSTEM).data.items()}
+
+    tls, ca = secret(f"{RELEASE}-mosquitto-tls"), secret(f"{RELEASE}-mosquitto-ca")
+    assert ca == {"ca.crt": tls["ca.crt"]} and b"PRIVATE" not in ca["ca.crt"]
+    password = secret(f"{RELEASE}-broker-accounts")["controller-password"].decode()
+    # The controller's files: its password and the broker's CA, as the init container wrote them.
+    args = container_of(docs, "controller")["args"]
+    assert flag(args, "--mqtt") == f"mqtts://{files.BROKER_CONTROLLER}@{RELEASE}-mosquitto:8883"
+    assert (pod_files / flag(args, "--mqtt-password-file").lstrip("/")).read_text() == password
+    assert (pod_files / flag(args, "--mqtt-ca").lstrip("/")).read_bytes() == tls["ca.crt"]
 
     root = tmp_path / "mosquitto"
-    for part in ("config", "data", "certs"):
+    for part in ("config", "data", "certs", "broker"):
         (root / part).mkdir(parents=True)
     for name in ("ca.crt", "tls.crt", "tls.key"):
         (root / "certs" / name).write_bytes(tls[name])
+    (secret_file := root / "broker" / "controller-password").write_text(password)
+    secret_file.chmod(0o600)
     port = free_port()
     local = (config.replace("/mosquitto/", f"{root}/").replace("listener 8883", f"listener {port} 127.0.0.1")
              .replace(find_plugin_line(config), f"plugin {broker.plugin_path()}"))
     local += f"\n# Run as root, Mosquitto would switch to a user that cannot read the test's files.\nuser {getpass.getuser()}\n"
     (root / "config" / "mosquitto.conf").write_text(local)
-    subprocess.run([CORRAL, "broker", "init-dynsec", "--file", str(root / "data" / "dynamic-security.json")],
-                   env={**os.environ, "CORRAL_BROKER_CONTROLLER_PASSWORD": password}, check=True,
-                   capture_output=True)
+    init_dynsec = pod_of(docs, "mosquitto")["initContainers"][0]["args"]
+    subprocess.run([CORRAL, *[a.replace("/mosquitto/", f"{root}/").replace("/etc/corral/", f"{root}/")
+                              for a in init_dynsec]], env={k: v for k, v in os.environ.items() if "MQTT" not in k},
+                   check=True, capture_output=True)
     log = root / "mosquitto.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([find_mosquitto(), "-c", str(root / "config" / "mosquitto.conf")],
@@ -409,6 +535,14 @@ class Installed:
     controller_kubeconfig: Path
     controller_args: list[str]
     manifest: list[dict[str, Any]]
+    pod_files: Path  # where the controller pod's init container wrote its files (its memory volumes)
+
+
+def run_init_container(args: list[str], root: Path, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    """`corral secrets ensure` with a rendered init container's arguments, its files written under `root`."""
+    local = [arg.replace("=/etc/corral/", f"={root}/etc/corral/") for arg in args]
+    return subprocess.run([CORRAL, *local], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -428,7 +562,11 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         container = find(manifest, "Deployment", f"{RELEASE}-controller")["spec"]["template"]["spec"]["containers"][0]
         token = service_account_token(admin, SYSTEM, f"{RELEASE}-controller")
         kubeconfig = kubeconfig_for(plane, token, state / "controller.kubeconfig", SYSTEM)
-        yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]), manifest)
+        # The controller pod's first step, as its ServiceAccount: make the keys, certificates and passwords.
+        wait_until_allowed(api_client(plane, token=token), "create", SYSTEM, "secrets", group="")
+        done = run_init_container(init_of(manifest), state / "pod", kubeconfig)
+        assert done.returncode == 0, done.stderr
+        yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]), manifest, state / "pod")
     finally:
         dev.down(purge=True)
 
@@ -449,14 +587,84 @@ def test_helm_install_creates_the_release_with_crds_and_policies(installed: Inst
     assert policies.items, "the admission policies are part of the release"
 
 
+def test_the_init_container_makes_the_secrets_with_only_the_chart_rbac(installed: Installed) -> None:
+    """The installed fixture ran the rendered init container as the controller's ServiceAccount: the audit keys
+    (kept: no owner), the serving CA and certificate (owned by the ServiceAccount, so gone with the release),
+    the CA published for readers and in the readings APIService. A second start keeps all of it unwritten."""
+    core = kubernetes.client.CoreV1Api(installed.admin)
+    account = core.read_namespaced_service_account(f"{RELEASE}-controller", SYSTEM)
+    keys = core.read_namespaced_secret(f"{RELEASE}-audit-keys", SYSTEM)
+    serving = core.read_namespaced_secret(f"{RELEASE}-controller-serving", SYSTEM)
+    assert keys.metadata.owner_references is None, "kept: the log needs its key after an uninstall"
+    assert [(o.kind, o.name, o.uid) for o in serving.metadata.owner_references] == [
+        ("ServiceAccount", f"{RELEASE}-controller", account.metadata.uid)]
+    pems = {k: base64.b64decode(v) for k, v in keys.data.items()}
+    assert set(pems) == {"controller.pem", "gateway.pem"} and pems["controller.pem"] != pems["gateway.pem"]
+    for pem in pems.values():
+        assert isinstance(serialization.load_pem_private_key(pem, password=None), Ed25519PrivateKey)
+    assert serving.type == "kubernetes.io/tls"
+    tls = {k: base64.b64decode(v) for k, v in serving.data.items()}
+    ca = core.read_namespaced_config_map(f"{RELEASE}-controller-serving-ca", SYSTEM).data["ca.crt"].encode()
+    assert ca == tls["ca.crt"] and b"PRIVATE" not in ca
+    cert = x509.load_pem_x509_certificate(tls["tls.crt"])
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    assert certificate_names(tls["tls.crt"]) >= {f"{RELEASE}-controller.{SYSTEM}.svc", "localhost", "127.0.0.1", "::1"}
+    service = kubernetes.client.ApiregistrationV1Api(installed.admin).read_api_service("v1alpha1.readings.corral.dev")
+    assert base64.b64decode(service.spec.ca_bundle) == ca
+    # The pod's own files: its key and certificate, nothing of the gateway's.
+    assert mounted_files(installed, "controller")["/etc/corral/audit-keys/controller.pem"] == pems["controller.pem"]
+    assert (installed.pod_files / "etc/corral/audit-keys/controller.pem").stat().st_mode & 0o777 == 0o600
+    # Again, as at every start: nothing is written.
+    versions = [keys.metadata.resource_version, serving.metadata.resource_version]
+    again = run_init_container(init_of(installed.manifest), installed.pod_files, installed.controller_kubeconfig)
+    assert again.returncode == 0, again.stderr
+    assert [core.read_namespaced_secret(n, SYSTEM).metadata.resource_version
+            for n in (f"{RELEASE}-audit-keys", f"{RELEASE}-controller-serving")] == versions
+    # Least privilege: by name, its own Secrets only.
+    controller = kubernetes.client.AuthorizationV1Api(kubeconfig_client(installed.controller_kubeconfig))
+    for name, allowed in ((f"{RELEASE}-audit-keys", True), (f"{RELEASE}-controller-serving", True), ("someone-else", False)):
+        review = controller.create_self_subject_access_review({"spec": {"resourceAttributes": {
+            "verb": "get", "resource": "secrets", "namespace": SYSTEM, "name": name}}})
+        assert review.status.allowed is allowed, name
+
+
+def test_concurrent_starts_converge_on_one_secret(installed: Installed) -> None:
+    """Several starts at once against the real API server: one creates, the others get 409 and use what it made,
+    so every one of them hands out the same key, password and CA."""
+    wanted = [Wanted("race-keys", ed25519=["a.pem"], passwords=["password"]),
+              Wanted("race-tls", server_names=["race.example", "127.0.0.1"])]
+
+    def start(_: int) -> list[dict[str, bytes]]:
+        client = api_client(installed.plane)
+        return [ensure_secret(client, HOME, w, None) for w in wanted]
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(start, range(6)))
+    assert all(r == results[0] for r in results), "every start must see the same Secrets"
+    core = kubernetes.client.CoreV1Api(installed.admin)
+    stored = {k: base64.b64decode(v) for k, v in core.read_namespaced_secret("race-tls", HOME).data.items()}
+    assert stored == results[0][1]
+    # New names: a new certificate from the same CA (whoever trusts it keeps trusting); the keys stay.
+    more = Wanted("race-tls", server_names=["race.example", "127.0.0.1", "race.lan"])
+    changed = ensure_secret(api_client(installed.plane), HOME, more, None)
+    assert changed["ca.crt"] == stored["ca.crt"] and changed["tls.crt"] != stored["tls.crt"]
+    assert certificate_names(changed["tls.crt"]) == {"race.example", "127.0.0.1", "race.lan"}
+    assert ensure_secret(api_client(installed.plane), HOME, wanted[0], None) == results[0][0]
+
+
 def mounted_files(installed: Installed, component: str) -> dict[str, bytes]:
-    """What the pod would find in its Secret volumes, from the installed Secrets: mount path -> content."""
+    """What the pod would find in its Secret volumes (from the installed Secrets) and in the memory volumes its
+    init container filled (from the files it wrote): mount path -> content."""
     pod = pod_of(installed.manifest, component)
     volumes = {v["name"]: v for v in pod["volumes"]}
     core = kubernetes.client.CoreV1Api(installed.admin)
     files = {}
     for mount in pod["containers"][0]["volumeMounts"]:
         secret = volumes[mount["name"]].get("secret")
+        if (volumes[mount["name"]].get("emptyDir") or {}).get("medium") == "Memory":
+            written = installed.pod_files / mount["mountPath"].lstrip("/")
+            files |= {f"{mount['mountPath']}/{f.name}": f.read_bytes() for f in written.iterdir()
+                      if not f.name.startswith(".")}
         if secret is None:
             continue
         data = core.read_namespaced_secret(secret["secretName"], SYSTEM).data
@@ -471,6 +679,7 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     args[args.index("--health-port") + 1] = str(health := free_port())
     args[args.index("--serve-port") + 1] = str(serve := free_port())
     args[args.index("--audit-checkpoint-interval") + 1] = "1"  # the chart's 300 s would outlast the test
+    args[args.index("--mqtt") + 1] = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{plane.mqtt_port}"  # the plane's
     mounted = mounted_files(installed, "controller")
     args = localized(args, tmp_path, mounted)
     env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig),

@@ -94,7 +94,7 @@ app.kubernetes.io/component: {{ $component }}
 {{- if and .Values.mosquitto.enabled (eq .Values.mqtt.url (include "corral.mqttUrlDefault" .)) }}true{{ end }}
 {{- end }}
 
-{{/* The bundled broker's Service name, and the names its generated certificate is for. */}}
+{{/* The bundled broker's Service name, and the names the certificate made for it at run time is for. */}}
 {{- define "corral.mosquittoName" -}}
 {{- include "corral.componentName" (list . "mosquitto") }}
 {{- end }}
@@ -105,8 +105,8 @@ app.kubernetes.io/component: {{ $component }}
 {{- toJson (concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.mosquitto.tls.extraNames | uniq) }}
 {{- end }}
 
-{{/* The controller's Service name (the audit log's HTTPS server and metrics), and the names its generated
-serving certificate is for: the Service's DNS names, loopback (for `kubectl port-forward`) and audit.serving.extraNames. */}}
+{{/* The controller's Service name (the audit log's HTTPS server and metrics), and the names the serving
+certificate made at run time is for: the Service's DNS names, loopback (for `kubectl port-forward`) and audit.serving.extraNames. */}}
 {{- define "corral.controllerName" -}}
 {{- include "corral.componentName" (list . "controller") }}
 {{- end }}
@@ -128,12 +128,12 @@ and publishes none (two chains would overwrite one object). */}}
 {{- if and .Values.gateway.enabled (le (int .Values.gateway.replicas) 1) }}true{{ end }}
 {{- end }}
 
-{{/* The Secret holding the audit signing keys (controller.pem, gateway.pem). */}}
+{{/* The Secret holding the audit signing keys (controller.pem, gateway.pem): yours, or made at run time. */}}
 {{- define "corral.auditKeySecret" -}}
 {{- .Values.audit.existingKeySecret | default (include "corral.componentName" (list . "audit-keys")) }}
 {{- end }}
 
-{{/* The controller's serving certificate Secret (kubernetes.io/tls). */}}
+{{/* The controller's serving certificate Secret (kubernetes.io/tls): yours, or made at run time. */}}
 {{- define "corral.servingSecret" -}}
 {{- .Values.audit.serving.existingSecret | default (include "corral.componentName" (list . "controller-serving")) }}
 {{- end }}
@@ -148,154 +148,154 @@ and publishes none (two chains would overwrite one object). */}}
 {{- end }}
 
 {{/*
-A CA and a server certificate for a list of names (DNS names or IP addresses), kept across upgrades from
-the Secret that holds them (keys ca.crt, ca.key, tls.crt, tls.key; annotation corral.dev/server-names):
-the same CA always, and a new certificate from it when the names change. Call with
-(list $ "<Secret name>" "<CA common name>" <names>); returns JSON {names, caCert, caKey, cert, key}.
+Keys, certificates and passwords: never generated here. What a template generates lands in every Helm release
+record and changes with every `helm template` or GitOps render. The controller pod's init container makes them
+at run time instead (`corral secrets ensure`, controller/corral/cli/secrets.py): each Secret below is created
+when absent and kept when present, and the controller's own files are written from it into memory-backed
+volumes. Those made at run time, unless a value names a Secret of your own:
+  <fullname>-audit-keys             the Ed25519 audit signing keys controller.pem, gateway.pem (audit.existingKeySecret)
+  <fullname>-controller-serving     the controller's serving CA and certificate (audit.serving.existingSecret);
+                                    its CA also in the ConfigMap <fullname>-controller-serving-ca and the readings
+                                    APIService's caBundle
+  <fullname>-mosquitto-tls          the bundled broker's CA and certificate (mosquitto.tls.secretName); its CA also
+                                    in the Secret <fullname>-mosquitto-ca, for devices
+  <fullname>-broker-accounts        the controller's password on the bundled broker (controller-password)
 */}}
-{{- define "corral.keptServerCert" -}}
-{{- $ctx := index . 0 }}
-{{- $names := index . 3 }}
-{{- $ips := list }}
-{{- $dns := list }}
-{{- range $names }}
-{{- if regexMatch "^([0-9]{1,3}(\\.[0-9]{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)$" . }}
-{{- $ips = append $ips . }}
-{{- else }}
-{{- $dns = append $dns . }}
-{{- end }}
-{{- end }}
-{{- $namesKey := join "," $names }}
-{{- $old := lookup "v1" "Secret" $ctx.Release.Namespace (index . 1) | default dict }}
-{{- $oldData := $old.data | default dict }}
-{{- $oldNames := ((($old.metadata | default dict).annotations | default dict) | dig "corral.dev/server-names" "") }}
-{{- $tls := dict "names" $namesKey }}
-{{- if and (hasKey $oldData "ca.crt") (hasKey $oldData "ca.key") (hasKey $oldData "tls.crt") (hasKey $oldData "tls.key") }}
-{{- $_ := set $tls "caCert" (index $oldData "ca.crt" | b64dec) }}
-{{- $_ := set $tls "caKey" (index $oldData "ca.key" | b64dec) }}
-{{- if eq $oldNames $namesKey }}
-{{- $_ := set $tls "cert" (index $oldData "tls.crt" | b64dec) }}
-{{- $_ := set $tls "key" (index $oldData "tls.key" | b64dec) }}
-{{- else }}
-{{- $ca := buildCustomCert (index $oldData "ca.crt") (index $oldData "ca.key") }}
-{{- $cert := genSignedCert (first $dns) $ips $dns 3650 $ca }}
-{{- $_ := set $tls "cert" $cert.Cert }}
-{{- $_ := set $tls "key" $cert.Key }}
-{{- end }}
-{{- else }}
-{{- $ca := genCA (index . 2) 3650 }}
-{{- $cert := genSignedCert (first $dns) $ips $dns 3650 $ca }}
-{{- $_ := set $tls "caCert" $ca.Cert }}
-{{- $_ := set $tls "caKey" $ca.Key }}
-{{- $_ := set $tls "cert" $cert.Cert }}
-{{- $_ := set $tls "key" $cert.Key }}
-{{- end }}
-{{- toJson $tls }}
+{{- define "corral.mosquittoTlsSecret" -}}
+{{- .Values.mosquitto.tls.secretName | default (include "corral.componentName" (list . "mosquitto-tls")) }}
 {{- end }}
 
-{{/*
-What the chart generates, made once per render (every template sees the same values) and kept across
-upgrades with `lookup` (which answers nothing under `helm template`: then it is new every time):
-  controllerPassword  the controller's account on the bundled broker (Secret <fullname>-mqtt, key controller-password)
-  tls                 the bundled broker's CA and server certificate, unless mosquitto.tls.secretName
-                      (Secret <fullname>-mosquitto-tls; a new certificate from the same CA when the names change)
-  auditKeys           the Ed25519 audit signing keys {controller, gateway} (PEM, PKCS8), unless
-                      audit.existingKeySecret (Secret <fullname>-audit-keys; each key kept on its own)
-  serving             the controller's serving CA and certificate, unless audit.serving.existingSecret
-                      (Secret <fullname>-controller-serving; a new certificate from the same CA when the names change)
-Returned as JSON; the memo lives in .Values, which every template of a render shares.
-*/}}
-{{- define "corral.generated" -}}
-{{- if not (hasKey .Values "__corralGenerated") }}
-{{- $g := dict }}
-{{- if .Values.mosquitto.enabled }}
-{{- $mqtt := lookup "v1" "Secret" .Release.Namespace (include "corral.componentName" (list . "mqtt")) }}
-{{- $kept := (($mqtt | default dict).data | default dict) }}
-{{- if hasKey $kept "controller-password" }}
-{{- $_ := set $g "controllerPassword" (index $kept "controller-password" | b64dec) }}
-{{- else }}
-{{- $_ := set $g "controllerPassword" (randAlphaNum 32) }}
+{{- define "corral.brokerAccountsSecret" -}}
+{{- include "corral.componentName" (list . "broker-accounts") }}
 {{- end }}
-{{- if not .Values.mosquitto.tls.secretName }}
-{{- $names := include "corral.mosquittoServerNames" . | fromJsonArray }}
-{{- $tls := include "corral.keptServerCert" (list . (include "corral.componentName" (list . "mosquitto-tls")) (printf "%s CA" (include "corral.mosquittoName" .)) $names) | fromJson }}
-{{- $_ := set $g "tls" $tls }}
+
+{{- define "corral.servingCaConfigMap" -}}
+{{- include "corral.componentName" (list . "controller-serving-ca") }}
 {{- end }}
-{{- end }}
+
+{{- define "corral.readingsApiService" -}}v1alpha1.readings.corral.dev{{- end }}
+
+{{/* The mount paths of the controller's credential files (--audit-key, --serve-cert/--serve-key, --mqtt-ca,
+--mqtt-password-file): each a Secret volume of your own, or a memory-backed volume the init container fills. */}}
+{{- define "corral.controllerPasswordFile" -}}/etc/corral/mqtt/password{{- end }}
+
+{{/* What the init container makes (JSON): {secrets: [names], configMaps: [names], apiService: bool, args: [...],
+mounts: [volume names it fills]}; {secrets: []} when the values name every Secret. */}}
+{{- define "corral.ownSecrets" -}}
+{{- $secrets := list }}
+{{- $configMaps := list }}
+{{- $mounts := list }}
+{{- $args := list }}
+{{- $apiService := false }}
 {{- if not .Values.audit.existingKeySecret }}
-{{- $old := lookup "v1" "Secret" .Release.Namespace (include "corral.auditKeySecret" .) | default dict }}
-{{- $oldData := $old.data | default dict }}
-{{- $keys := dict }}
-{{- range $component := list "controller" "gateway" }}
-{{- $file := printf "%s.pem" $component }}
-{{- if hasKey $oldData $file }}
-{{- $_ := set $keys $component (index $oldData $file | b64dec) }}
-{{- else }}
-{{- $_ := set $keys $component (genPrivateKey "ed25519") }}
+{{- $keys := include "corral.auditKeySecret" . }}
+{{- $secrets = append $secrets $keys }}
+{{- $args = concat $args (list "--ed25519" (printf "%s/controller.pem" $keys)) }}
+{{- if .Values.gateway.enabled }}
+{{- $args = concat $args (list "--ed25519" (printf "%s/gateway.pem" $keys)) }}
 {{- end }}
+{{- if .Values.audit.keepOnUninstall }}
+{{- $args = concat $args (list "--keep" $keys) }}
 {{- end }}
-{{- $_ := set $g "auditKeys" $keys }}
+{{- $args = concat $args (list "--write" (printf "%s/controller.pem=/etc/corral/audit-keys/controller.pem" $keys)) }}
+{{- $mounts = append $mounts "audit-key" }}
 {{- end }}
 {{- if not .Values.audit.serving.existingSecret }}
-{{- $names := include "corral.servingNames" . | fromJsonArray }}
-{{- $serving := include "corral.keptServerCert" (list . (include "corral.servingSecret" .) (printf "%s serving CA" (include "corral.controllerName" .)) $names) | fromJson }}
-{{- $_ := set $g "serving" $serving }}
+{{- $serving := include "corral.servingSecret" . }}
+{{- $secrets = append $secrets $serving }}
+{{- $configMaps = append $configMaps (include "corral.servingCaConfigMap" .) }}
+{{- $apiService = true }}
+{{- $args = concat $args (list "--server-cert" (printf "%s=%s" $serving (include "corral.servingNames" . | fromJsonArray | join ","))
+    "--publish-ca" (printf "%s=configmap/%s" $serving (include "corral.servingCaConfigMap" .))
+    "--publish-ca" (printf "%s=apiservice/%s" $serving (include "corral.readingsApiService" .))
+    "--write" (printf "%s/tls.crt=/etc/corral/serving/tls.crt" $serving)
+    "--write" (printf "%s/tls.key=/etc/corral/serving/tls.key" $serving)) }}
+{{- $mounts = append $mounts "serving" }}
 {{- end }}
-{{- $_ := set .Values "__corralGenerated" $g }}
-{{- end }}
-{{- toJson (index .Values "__corralGenerated") }}
-{{- end }}
-
-{{/* The broker URL without credentials: mqtt.url, or the bundled broker's TLS listener. */}}
-{{- define "corral.mqttBaseUrl" -}}
+{{- if .Values.mosquitto.enabled }}
+{{- $accounts := include "corral.brokerAccountsSecret" . }}
+{{- $secrets = append $secrets $accounts }}
+{{- $args = concat $args (list "--password" (printf "%s/controller-password" $accounts)) }}
 {{- if include "corral.bundledBroker" . }}
-{{- printf "mqtts://%s:8883" (include "corral.mosquittoName" .) }}
-{{- else }}
-{{- .Values.mqtt.url }}
+{{- $args = concat $args (list "--write" (printf "%s/controller-password=%s" $accounts (include "corral.controllerPasswordFile" .))) }}
+{{- $mounts = append $mounts "mqtt-password" }}
 {{- end }}
+{{- if not .Values.mosquitto.tls.secretName }}
+{{- $tls := include "corral.mosquittoTlsSecret" . }}
+{{- $ca := include "corral.componentName" (list . "mosquitto-ca") }}
+{{- $secrets = concat $secrets (list $tls $ca) }}
+{{- $args = concat $args (list "--server-cert" (printf "%s=%s" $tls (include "corral.mosquittoServerNames" . | fromJsonArray | join ","))
+    "--publish-ca" (printf "%s=secret/%s" $tls $ca)) }}
+{{- if and (include "corral.bundledBroker" .) (not .Values.mqtt.caSecret) }}
+{{- $args = concat $args (list "--write" (printf "%s/ca.crt=/etc/corral/mqtt-ca/ca.crt" $tls)) }}
+{{- $mounts = append $mounts "mqtt-ca" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "secrets" $secrets "configMaps" $configMaps "apiService" $apiService "args" $args "mounts" $mounts) }}
 {{- end }}
 
-{{/* The broker URL with the controller's credentials: the bundled broker's generated account, or
-mqtt.username/password URL-encoded (a space as %20, not +). */}}
+{{/* The broker URL the controller connects with, its username and never a password (`corral run` refuses
+one: the password is a file, --mqtt-password-file): the bundled broker's TLS listener as corral-controller, or
+mqtt.url with mqtt.username. */}}
 {{- define "corral.mqttUrl" -}}
 {{- if include "corral.bundledBroker" . }}
-{{- if or .Values.mqtt.username .Values.mqtt.password }}
-{{- fail "mqtt.username/mqtt.password are for a broker of your own: with mosquitto.enabled (and mqtt.url at its default) the controller uses the bundled broker's account corral-controller, whose password the chart generates. Leave them empty." }}
+{{- if or .Values.mqtt.username .Values.mqtt.password .Values.mqtt.existingSecret }}
+{{- fail "mqtt.username, mqtt.password and mqtt.existingSecret are for a broker of your own: with mosquitto.enabled (and mqtt.url at its default) the controller uses the bundled broker's account corral-controller, whose password the controller's init container makes at run time (Secret <fullname>-broker-accounts). Leave them empty." }}
 {{- end }}
-{{- $password := (include "corral.generated" . | fromJson).controllerPassword }}
-{{- printf "mqtts://%s:%s@%s:8883" (include "corral.brokerController" .) $password (include "corral.mosquittoName" .) }}
+{{- printf "mqtts://%s@%s:8883" (include "corral.brokerController" .) (include "corral.mosquittoName" .) }}
 {{- else }}
-{{- $base := include "corral.mqttBaseUrl" . }}
+{{- $base := .Values.mqtt.url }}
 {{- $u := urlParse $base }}
 {{- if not (regexMatch "^mqtts?$" $u.scheme) }}
 {{- fail (printf "mqtt.url %q must start with mqtt:// or mqtts://" $base) }}
 {{- end }}
-{{- if and .Values.mqtt.password (not .Values.mqtt.username) }}
-{{- fail "mqtt.password needs mqtt.username" }}
+{{- if contains ":" $u.userinfo }}
+{{- fail "mqtt.url carries a password, which would be in the controller's arguments for every local account to read. Keep only the username in it (or in mqtt.username) and give the password as a Secret: mqtt.existingSecret (key mqtt.existingSecretKey), mounted as a file" }}
+{{- end }}
+{{- if and (or .Values.mqtt.password .Values.mqtt.existingSecret) (not (or .Values.mqtt.username $u.userinfo)) }}
+{{- fail "mqtt.password and mqtt.existingSecret need the account's username: set mqtt.username (or put it in mqtt.url, mqtt://USER@host:1883)" }}
+{{- end }}
+{{- if and .Values.mqtt.password .Values.mqtt.existingSecret }}
+{{- fail "mqtt.password and mqtt.existingSecret both give the broker password: keep one (mqtt.existingSecret keeps it out of the release record)" }}
 {{- end }}
 {{- if .Values.mqtt.username }}
 {{- if $u.userinfo }}
-{{- fail "mqtt.url carries credentials already; remove them from the URL or leave mqtt.username/password empty" }}
+{{- fail "mqtt.url carries a username already; remove it from the URL or leave mqtt.username empty" }}
 {{- end }}
-{{- $user := .Values.mqtt.username | urlquery | replace "+" "%20" }}
-{{- $cred := $user }}
-{{- if .Values.mqtt.password }}
-{{- $cred = printf "%s:%s" $user (.Values.mqtt.password | urlquery | replace "+" "%20") }}
-{{- end }}
-{{- printf "%s://%s@%s%s" $u.scheme $cred $u.host $u.path }}{{ if $u.query }}?{{ $u.query }}{{ end }}
+{{- printf "%s://%s@%s%s" $u.scheme (.Values.mqtt.username | urlquery | replace "+" "%20") $u.host $u.path }}{{ if $u.query }}?{{ $u.query }}{{ end }}
 {{- else }}
 {{- $base }}
 {{- end }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret and key of the controller's broker password, as JSON ({} for none): mqtt.existingSecret, the
+chart's Secret of mqtt.password, or (bundled broker, {"own": true}) the file the init container writes. */}}
+{{- define "corral.mqttPassword" -}}
+{{- if include "corral.bundledBroker" . }}
+{{- toJson (dict "own" true) }}
+{{- else if .Values.mqtt.existingSecret }}
+{{- toJson (dict "secret" .Values.mqtt.existingSecret "key" .Values.mqtt.existingSecretKey) }}
+{{- else if .Values.mqtt.password }}
+{{- toJson (dict "secret" (include "corral.componentName" (list . "mqtt")) "key" "password") }}
+{{- else }}
+{{- toJson dict }}
+{{- end }}
+{{- end }}
+
 {{/* The Secret and key of the CA the controller verifies the broker with (--mqtt-ca), as JSON; {} for none
-(the system's CAs). mqtt.caSecret, else the bundled broker's CA when the controller uses it. */}}
+(the system's CAs). mqtt.caSecret, else the bundled broker's CA when the controller uses it: mosquitto.tls.secretName,
+or ({"own": true}) the file the init container writes from the CA it made. */}}
 {{- define "corral.mqttCa" -}}
 {{- if .Values.mqtt.caSecret }}
 {{- toJson (dict "secret" .Values.mqtt.caSecret "key" .Values.mqtt.caSecretKey) }}
 {{- else if include "corral.bundledBroker" . }}
-{{- toJson (dict "secret" (.Values.mosquitto.tls.secretName | default (include "corral.componentName" (list . "mosquitto-ca"))) "key" "ca.crt") }}
+{{- if .Values.mosquitto.tls.secretName }}
+{{- toJson (dict "secret" .Values.mosquitto.tls.secretName "key" "ca.crt") }}
+{{- else }}
+{{- toJson (dict "own" true "key" "ca.crt") }}
+{{- end }}
 {{- else }}
 {{- toJson dict }}
 {{- end }}
@@ -307,9 +307,6 @@ mqtt.username/password URL-encoded (a space as %20, not +). */}}
 {{- fail "signing.require is true (the default), so the controller refuses device contracts without a valid signature, but signing.keysSecret is empty. Set signing.keysSecret to a Secret in the release namespace whose data entries are the trusted base64 Ed25519 public keys (kubectl create secret generic corral-signing-keys -n NAMESPACE --from-file=KEY_NAME=PUBLIC_KEY_FILE), or set signing.require=false to accept unsigned contracts (only on a network you trust)." }}
 {{- end }}
 {{- if .Values.mosquitto.enabled }}
-{{- if .Values.mqtt.existingSecret }}
-{{- fail "mqtt.existingSecret cannot be used with mosquitto.enabled: the chart generates the controller's account on the bundled broker into its own Secret <fullname>-mqtt. Leave mqtt.existingSecret empty." }}
-{{- end }}
 {{- if and (include "corral.bundledBroker" .) (not .Values.mqtt.manageAccounts) }}
 {{- fail "mqtt.manageAccounts=false cannot be used with the bundled broker: it admits only the accounts the controller makes for enrolled devices, so no device could connect. Leave mqtt.manageAccounts true, or use a broker of your own (mqtt.url)." }}
 {{- end }}
