@@ -127,3 +127,13 @@ def test_the_command_line_refuses_a_limit_below_one(option: str) -> None:
 
     done = CliRunner().invoke(mcp, ["--transport", "http", option, "0"])
     assert done.exit_code == 2 and option in done.output and "0 is not in the range x>=1" in done.output
+
+
+def test_one_username_keeps_a_bounded_number_of_views_however_many_tokens_it_mints() -> None:
+    from corral.gateway.view import crowded
+
+    views = [(f"agent-{n}", AGENT, float(n), 0) for n in range(10)] + [("other", OTHER, 0.0, 0)]
+    views[3] = ("agent-3", AGENT, 3.0, 1)  # a view with a listener (an open stream) is never stopped
+    assert crowded(views, AGENT, keep=6) == ["agent-0", "agent-1", "agent-2", "agent-4"]
+    assert crowded(views, OTHER, keep=7) == [], "another caller's views are not touched"
+    assert crowded(views[:5], AGENT, keep=7) == []

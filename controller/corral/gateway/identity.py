@@ -50,6 +50,7 @@ class Caller:
     base: kubernetes.client.Configuration
     token: str | None = None  # None: the base configuration's own credentials (the kubeconfig user)
     impersonate: tuple[str, str | None] | None = None  # (user, group), for `corral tools --as`
+    username: str | None = None  # as the token was authenticated (HTTP), for per-caller bounds
 
     def configuration(self) -> kubernetes.client.Configuration:
         config = copy.copy(self.base)

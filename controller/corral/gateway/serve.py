@@ -124,7 +124,7 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         if not isinstance(user, AuthenticatedUser):
             raise MCPError(-32001, "no bearer token on this request")  # the auth middleware normally answers 401 first
         token = user.access_token.token
-        return Caller(token_key(token), base, token)
+        return Caller(token_key(token), base, token, username=user.access_token.client_id)
 
     gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces),
                       audit=audit.log if audit else None, readings_direct=readings_direct, console_url=console_url)

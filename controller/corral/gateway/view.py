@@ -426,13 +426,29 @@ def nothing_visible_note(username: str | None, namespaces: list[str]) -> str:
             "gateway with -n for the namespace where the devices are.")
 
 
-class Views:
-    """The views of all callers, by identity; an idle view without listeners is stopped after `idle_s`."""
+MAX_VIEWS_PER_CALLER = 8
 
-    def __init__(self, namespaces: list[str], *, idle_s: float = 600.0, **view_options: Any) -> None:
+
+def crowded(views: list[tuple[str, str | None, float, int]], username: str, keep: int) -> list[str]:
+    """Of (key, username, last used, listeners), the keys of `username`'s views to stop so that `keep` remain:
+    the least recently used first, never one with listeners."""
+    own = [v for v in views if v[1] == username]
+    idle = sorted((v for v in own if v[3] == 0), key=lambda v: v[2])
+    return [v[0] for v in idle[:max(0, len(own) - keep)]]
+
+
+class Views:
+    """The views of all callers, by token; an idle view without listeners is stopped after `idle_s`.
+
+    A view is a token's (it acts with it), but one username keeps at most `max_per_caller` of them: whoever
+    holds a ServiceAccount mints tokens at will, and every view holds watches and a thread."""
+
+    def __init__(self, namespaces: list[str], *, idle_s: float = 600.0, max_per_caller: int = MAX_VIEWS_PER_CALLER,
+                 **view_options: Any) -> None:
         self.namespaces = namespaces
         self.capabilities = Capabilities()
         self.idle_s = idle_s
+        self.max_per_caller = max_per_caller
         self.view_options = view_options
         self._views: dict[str, CallerView] = {}
         self._starting: dict[str, asyncio.Task[CallerView]] = {}
@@ -442,6 +458,7 @@ class Views:
         if view is None:
             task = self._starting.get(caller.key)
             if task is None:
+                self._make_room(caller.username)
                 task = asyncio.get_running_loop().create_task(self._start(caller))
                 self._starting[caller.key] = task
             view = await asyncio.shield(task)
@@ -459,6 +476,15 @@ class Views:
             return view
         finally:
             self._starting.pop(caller.key, None)
+
+    def _make_room(self, username: str | None) -> None:
+        if username is None:
+            return
+        entries = [(key, v.caller.username, v.last_used, v.audience.listeners) for key, v in self._views.items()]
+        for key in crowded(entries, username, self.max_per_caller - 1):
+            log.info("view of %s: stopped, %d newer views of the same caller (one per token)", username,
+                     self.max_per_caller - 1)
+            self._views.pop(key).stop()
 
     def _expire(self) -> None:
         now = time.monotonic()
