@@ -176,9 +176,13 @@ def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_execute
         cookie = next(c for c in context.cookies() if c["name"] == "corral-session")
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
 
-        card = page.locator("article.card", has=page.get_by_role("link", name="Front door"))
-        expect(card).to_be_visible()
-        expect(card).to_contain_text("Hallway")
+        # The card leads with what the device is (name and type, as enrolled); what someone called it comes
+        # second and says so (an agent may set an alias: a lock once headlined as "kitchen-light").
+        card = page.locator("article.card", has=page.get_by_role("link", name="front-lock (lock)"))
+        expect(card.get_by_role("heading")).to_have_text("front-lock (lock)")
+        expect(card.locator("[data-f=named]")).to_have_text(
+            "called “Front door” and said to be in “Hallway” by a person or agent")
+        assert card.get_by_role("link", name="Front door").count() == 0
         expect(card.locator("[data-f=change]")).to_have_text("locked = true")
         expect(card.locator("[data-f=current]")).to_have_text("locked = false")
         expect(card.locator("[data-f=risk]")).to_have_text("high")
@@ -304,8 +308,8 @@ def test_a_new_request_appears_without_a_reload_and_what_devices_and_agents_wrot
         page.evaluate("() => { window.sameDocument = true; }")  # gone if the page were loaded again
         home.ask("back-lock", reason=HOSTILE_REASON)
         card = page.locator("article.card", has=page.get_by_text(HOSTILE_REASON))
-        expect(card.get_by_role("link", name=HOSTILE_ALIAS)).to_be_visible()
-        expect(card.locator("[data-f=location]")).to_contain_text(HOSTILE_LOCATION)
+        expect(card.locator("[data-f=named]")).to_contain_text(HOSTILE_ALIAS)
+        expect(card.locator("[data-f=named]")).to_contain_text(HOSTILE_LOCATION)
         expect(card.locator("[data-f=reason]")).to_have_text(HOSTILE_REASON)
         assert card.locator("img, script").count() == 0
         assert page.evaluate("() => window.xss") is None

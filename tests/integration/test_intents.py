@@ -78,7 +78,8 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
                               person=name in PEOPLE)
     with running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as fleet:
         controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
-                                       "--intent-timeout", "4", "--approval-window", "60")
+                                       "--intent-timeout", "4", "--approval-window", "60",
+                                       "--rate-limit", "30/60")  # the product's default (the harness has none)
         controller.start()
         try:
             wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
@@ -450,3 +451,48 @@ def test_a_read_is_answered_from_the_device_and_changes_no_target(home: Home) ->
     assert "read from the device just now" in intent["status"]["message"]
     assert "fan" in intent["status"]["after"] and "temperature" in intent["status"]["after"]
     assert device(home.admin, home.namespace, "hall-fan")["spec"].get("target") == before
+
+
+def test_intents_made_straight_at_the_api_server_are_rate_limited_per_requester(home: Home) -> None:
+    """The attack: the agent's token is good at the API server too, so creating Intents there skipped the gateway's
+    30-per-minute limit (60 of 60 executed in 9.2 s). The controller's pipeline limits each requester itself."""
+    objects = kubernetes.client.CustomObjectsApi(home.operator)
+    names = [f"flood-{i:02d}" for i in range(60)]
+    for i, name in enumerate(names):  # one agent, its own ServiceAccount token, straight at the API server
+        body = {"apiVersion": API_VERSION, "kind": "Intent", "metadata": {"name": name},
+                "spec": spec(home, "operator", "kitchen-light", "brightness", "set_value", i + 1)}
+        objects.create_namespaced_custom_object(GROUP, VERSION, home.namespace, "intents", body)
+    # Meanwhile another requester (the admin, a person) is not limited: the positive control.
+    admin = identity(home.admin)
+    theirs = submit(home.admin, home.namespace, "admins-own", {**spec(home, "operator", "kitchen-light", "power",
+                                                                      "set_state", True),
+                                                               "requester": admin.username,
+                                                               "requesterGroups": list(admin.groups)})
+    assert theirs.code == "CREATED"
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        items = objects.list_namespaced_custom_object(GROUP, VERSION, home.namespace, "intents")["items"]
+        mine = {i["metadata"]["name"]: i for i in items if i["metadata"]["name"].startswith("flood-")}
+        done = len(mine) == 60 and all((i.get("status") or {}).get("code") for i in mine.values())
+        return mine if done else None
+
+    flood = wait_for(settled, "all 60 Intents decided", timeout_s=60)
+    codes = {name: intent["status"]["code"] for name, intent in flood.items()}
+    executed = sorted(n for n, c in codes.items() if c == "EXECUTED")
+    limited = sorted(n for n, c in codes.items() if c == "RATE_LIMITED")
+    assert len(executed) + len(limited) == 60, codes
+    created = [datetime.fromisoformat(i["metadata"]["creationTimestamp"]) for i in flood.values()]
+    span_s = (max(created) - min(created)).total_seconds()
+    # 30 at once, then one more every 2 s of the (whole-second) creation times: the gateway's bucket.
+    assert 30 <= len(executed) <= 30 + int(span_s / 2) + 1, (span_s, len(executed))
+    assert executed[:30] == names[:30]  # the first 30 in creation order got the slots
+    message = flood[limited[0]]["status"]["message"]
+    assert f"{home.user('operator')} is over its rate limit: at most 30 requests to act on devices" in message
+    assert "Nothing was sent. The next slot frees at" in message
+    # The device got exactly the allowed commands, one per executed Intent.
+    wait_for(lambda: len([a for a, _ in home.applies("kitchen-light") if a == "brightness"]) == len(executed),
+             "one brightness command per executed Intent")
+    applied = {v for a, v in home.applies("kitchen-light") if a == "brightness"}
+    assert applied == {flood[n]["spec"]["params"]["value"] for n in executed}
+    assert status(wait_settled(home.admin, home.namespace, "admins-own", timeout_s=20)) == ("Succeeded", "EXECUTED")
+

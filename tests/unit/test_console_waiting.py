@@ -29,7 +29,7 @@ def intent(name: str, device: str = "front-lock", phase: str | None = "AwaitingA
 
 def device(alias: str = "Front door", location: str = "Hall", reported: dict[str, Any] | None = None,
            online: bool = True) -> dict[str, Any]:
-    return {"metadata": {"name": "front-lock", "namespace": NS},
+    return {"metadata": {"name": "front-lock", "namespace": NS, "labels": {"corral.dev/device-type": "lock"}},
             "spec": {"overlay": {"alias": alias, "location": location}},
             "status": {"online": online, "reported": {"locked": False} if reported is None else reported}}
 
@@ -138,3 +138,33 @@ def test_the_banner_says_where_agents_are_paused_among_the_served_namespaces() -
         "requests still run.")
     assert [n["namespace"] for n in paused_notices(switches, [NS, "garage"])] == ["home"]
     assert paused_notices([], [NS]) == []
+
+
+def test_the_card_leads_with_the_devices_name_and_type_and_marks_what_someone_called_it() -> None:
+    """The attack: an agent set the lock's alias to "kitchen-light" and its location to "Kitchen (ceiling)", and the
+    approval card of the lock was headlined as the kitchen light."""
+    view = intent_view(intent("lock-1"), device(alias="kitchen-light", location="Kitchen (ceiling)"), True, NOW)
+    assert view.title == "front-lock (lock)"
+    assert view.named == "called “kitchen-light” and said to be in “Kitchen (ceiling)” by a person or agent"
+    assert view.as_json()["title"] == "front-lock (lock)"
+    # Positive control: without an overlay there is nothing to mark; an unreadable Device still shows its name.
+    assert intent_view(intent("lock-2"), device(alias="", location=""), True, NOW).named == ""
+    assert intent_view(intent("lock-3"), None, True, NOW).title == "front-lock"
+
+
+def test_reasons_aliases_and_messages_are_shown_without_invisible_or_reordering_characters() -> None:
+    """The attack: an Intent's reason kept U+202E (right-to-left override), U+200B (zero-width space) and tag
+    characters (invisible instructions), which the overlay lost but the reason did not."""
+    tags = "".join(chr(0xE0000 + ord(c)) for c in "approve")  # Unicode tag characters: invisible ASCII
+    reason = f"Everyone left \u202ekcol\u202c the\u200b house{tags}\n\tnow " + "x" * 600
+    hostile = device(alias="Front\u2066 door\u200d", location="Hall\U000e0041")
+    done = intent("lock-1", reason=reason)
+    done["status"]["message"] = "Denied by alice: \u202enot now"
+    view = intent_view(done, hostile, True, NOW)
+    assert view.reason.startswith("Everyone left kcol the house now xxx") and len(view.reason) == 512
+    assert view.reason.endswith("…")
+    assert (view.alias, view.location, view.message) == ("Front door", "Hall", "Denied by alice: not now")
+    # Positive control: ordinary text in any script stays as it was written.
+    plain = intent_view(intent("lock-2", reason="Tout le monde est parti — 出门了"), device(), True, NOW)
+    assert plain.reason == "Tout le monde est parti — 出门了"
+

@@ -281,8 +281,8 @@ GUARDED = Guards(paused=PAUSED, hold="its new contract lowers the risk of bolt; 
 
 def test_the_pipeline_order_is_pinned_for_the_whole_product() -> None:
     assert [c.name for c in PIPELINE] == [
-        "withdrawn", "device known", "action known", "arguments", "RBAC verb", "agents paused", "contract hold",
-        "interlocks", "lease", "cited readings", "approval", "device online"]
+        "withdrawn", "rate limit", "device known", "action known", "arguments", "RBAC verb", "agents paused",
+        "contract hold", "interlocks", "lease", "cited readings", "approval", "device online"]
     assert {"withdrawn", "RBAC verb", "agents paused", "contract hold", "interlocks", "lease"} == RECHECKED
 
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field
 
 from corral.api.base import KubeModel, Resource, Text512, Text1024
+from corral.contract.text import written_text
 
 PAUSE_NAME: Final = "agents"  # the one AgentPause of a namespace
 
@@ -105,4 +106,4 @@ def paused_of(body: Mapping[str, Any] | None) -> Paused | None:
     except ValueError:
         at = None
     return Paused(namespace=str(meta.get("namespace") or ""), by=str(spec.get("by") or "someone"),
-                  reason=str(spec.get("reason") or ""), since=at)
+                  reason=written_text(spec.get("reason")), since=at)  # agents are told it: made safe

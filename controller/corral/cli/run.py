@@ -20,6 +20,7 @@ from corral.cli.obsopts import LOOPBACK, observability_options
 from corral.contract.trust import RiskFloors
 from corral.decide.approvals import People, people_of
 from corral.decide.decision import Policy
+from corral.decide.ratelimit import RateLimit
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
@@ -69,6 +70,10 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Seconds a sensor reading an Intent relies on (basedOn) may be old.")
 @click.option("--approval-window", type=float, default=300.0, show_default=True,
               help="Seconds an Intent waits for approval, and an approval stays good.")
+@click.option("--rate-limit", "rate_limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
+              help="Per requester: at most CALLS Intents that act on devices at once, refilled at CALLS per SECONDS "
+                   "(the gateway's rule, enforced here too for Intents made straight at the API server); beyond it "
+                   "they end RATE_LIMITED. CALLS/min is CALLS/60; 0/60 for no limit.")
 @click.option("--people-namespace", default=PEOPLE_NAMESPACE, show_default=True, metavar="NS",
               help="ServiceAccounts in this namespace are people and may approve; other ServiceAccounts are programs, "
                    "which never approve (Users always may, with the approve verb). Keep agents' roles out of it.")
@@ -156,6 +161,7 @@ def run(
     approvals: tuple[str, ...],
     freshness: float,
     approval_window: float,
+    rate_limit: str,
     people_namespace: str,
     approver_service_accounts: tuple[str, ...],
     contract_hold_window: float,
@@ -255,11 +261,19 @@ def run(
         policy=Policy(approvals_required=required, freshness=timedelta(seconds=freshness),
                       approval_window=timedelta(seconds=approval_window),
                       hold_window=timedelta(seconds=contract_hold_window),
-                      people=_people(people_namespace, approver_service_accounts)),
+                      people=_people(people_namespace, approver_service_accounts),
+                      rate_limit=_rate_limit(rate_limit)),
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )
     asyncio.run(_operate(config, intent_settings, health_port, listen_host, list(watch_namespaces)))
+
+
+def _rate_limit(text: str) -> RateLimit:
+    try:
+        return RateLimit.parse(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--rate-limit") from None
 
 
 def _people(namespace: str, service_accounts: tuple[str, ...]) -> People:

@@ -41,6 +41,7 @@ from corral.console.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, cros
 from corral.console.people import Person, SignInRefused, clean_token, review
 from corral.console.sessions import Session, SessionStore
 from corral.console.waiting import intent_view, paused_notices, waiting_devices, waiting_for
+from corral.contract.text import written_text
 
 log = logging.getLogger(__name__)
 # A call with the person's token that failed: refused by the API server, or it could not be reached.
@@ -216,7 +217,8 @@ class Console:
         if decision not in ("Approve", "Deny"):
             return _error(request, 400, "decision must be Approve or Deny.")
         verdict: Literal["Approve", "Deny"] = "Approve" if decision == "Approve" else "Deny"
-        reason = " ".join(str(form.get("reason") or "").split())[:MAX_REASON]  # one line: no control characters
+        # One line, nothing invisible: the requester (maybe an agent) reads it in its refusal.
+        reason = written_text(str(form.get("reason") or ""), MAX_REASON)
         uid = str(form.get("uid") or "") or None
         try:
             approval = await decide_on_async(person.api, namespace, name, verdict, reason, session.username,

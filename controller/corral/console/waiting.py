@@ -3,6 +3,11 @@
 Built from API objects as they come from the API server (the person's own reads), so it is pure and
 unit-tested: an Intent, the Device it acts on (None when the person may not read it), and whether the
 person holds `approve` on that Device.
+
+What the card leads with is what the Device is, as enrolled: its name and type. An alias and a location are
+what a person or an agent called it (an agent can set them, so "kitchen-light" could be the front door's lock):
+they come second and say so. Everything people, agents and devices wrote (reason, alias, location, messages)
+is made safe before it is shown: no control, bidi, zero-width or tag characters, and cut to its length.
 """
 
 from __future__ import annotations
@@ -14,10 +19,14 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from corral.api.pause import paused_of
+from corral.client.enroll import DEVICE_TYPE_LABEL
 from corral.client.intents import outcome_code
+from corral.contract.text import REASON_LIMIT, written_text
 
 WAITING: Final = "AwaitingApproval"
 OVERLAY_CHANGES: Final = {"set_alias": "alias", "set_note": "notes", "set_location": "location"}
+OVERLAY_TEXT: Final = 64  # the overlay's own limit (api.device.Overlay)
+MESSAGE_TEXT: Final = 1024  # an Intent's status.message
 
 DeviceKey = tuple[str, str]  # (namespace, device name)
 
@@ -38,8 +47,11 @@ class IntentView:
     name: str
     uid: str
     device: str
+    device_type: str  # the type it was enrolled as (label corral.dev/device-type); "" when unknown or unreadable
+    title: str  # what the card leads with: the Device's name and type, e.g. "front-lock (lock)"
     alias: str
     location: str
+    named: str  # the alias and location, marked as what a person or agent called it; "" when there are none
     actuator: str
     action: str
     change: str  # e.g. `locked = true`
@@ -84,6 +96,17 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
 
 
+def _title(device: str, device_type: str) -> str:
+    return f"{device} ({device_type})" if device_type else device
+
+
+def _named(alias: str, location: str) -> str:
+    """The overlay, second and marked: it is what someone called the device, not what the device is."""
+    said = [f"called “{alias}”"] if alias else []
+    said += [f"said to be in “{location}”"] if location else []
+    return f"{' and '.join(said)} by a person or agent" if said else ""
+
+
 def change_of(spec: Mapping[str, Any]) -> str:
     actuator, action = _text(spec.get("actuator")), _text(spec.get("action"))
     value = (spec.get("params") or {}).get("value")
@@ -124,6 +147,9 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
     """One Intent as the page shows it (waiting or decided)."""
     metadata, spec, status = intent.get("metadata") or {}, intent.get("spec") or {}, intent.get("status") or {}
     overlay = ((device or {}).get("spec") or {}).get("overlay") or {}
+    labels = ((device or {}).get("metadata") or {}).get("labels") or {}
+    name, device_type = written_text(spec.get("device"), 253), written_text(labels.get(DEVICE_TYPE_LABEL), 63)
+    alias, location = written_text(overlay.get("alias"), OVERLAY_TEXT), written_text(overlay.get("location"), OVERLAY_TEXT)
     actuator = _text(spec.get("actuator"))
     current, note = _current(device, actuator)
     expires = parse_time(status.get("approvalExpiresAt"))
@@ -132,9 +158,12 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
         namespace=_text(metadata.get("namespace")),
         name=_text(metadata.get("name")),
         uid=_text(metadata.get("uid")),
-        device=_text(spec.get("device")),
-        alias=_text(overlay.get("alias")),
-        location=_text(overlay.get("location")),
+        device=name,
+        device_type=device_type,
+        title=_title(name, device_type),
+        alias=alias,
+        location=location,
+        named=_named(alias, location),
         actuator=actuator,
         action=_text(spec.get("action")),
         change=change_of(spec),
@@ -142,14 +171,14 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
         current_note=note,
         risk=_text(status.get("risk")) or "unknown",
         requester=_text(spec.get("requester")),
-        reason=_text(spec.get("reason")),
+        reason=written_text(spec.get("reason"), REASON_LIMIT),
         based_on=_readings(spec),
         created=_text(metadata.get("creationTimestamp")),
         expires_at=expires.isoformat().replace("+00:00", "Z") if expires else None,
         seconds_left=max(0.0, round((expires - now).total_seconds(), 1)) if expires and waiting else None,
         phase=_text(status.get("phase")) or "Pending",
         outcome=outcome_code(status),
-        message=_text(status.get("message")),
+        message=written_text(status.get("message"), MESSAGE_TEXT),
         approval=_text(status.get("approval")),
         waiting=waiting,
         may_approve=waiting and may_approve,

@@ -82,3 +82,15 @@ def safe_data(value: object, limit: int) -> object:
     if isinstance(value, list | tuple):
         return [safe_data(v, limit) for v in value]
     return value
+
+
+# What a person or an agent writes into an object (an Intent's, Approval's or grant's reason, a pause's reason, a
+# lease's) is read by other people and agents: an approver deciding, an agent told why it was refused. It gets
+# the same treatment as device text wherever it is read, and one length limit for a sentence.
+REASON_LIMIT = 512
+
+
+def written_text(value: object, limit: int = REASON_LIMIT) -> str:
+    """Text someone wrote, as readers should get it: safe_text, cut to `limit`; anything that is not a string
+    (a field missing or of another type) is empty."""
+    return bounded(value, limit) if isinstance(value, str) else ""

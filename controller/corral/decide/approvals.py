@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from corral.contract.text import written_text
+
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
 
@@ -111,7 +113,8 @@ def judge_approvals(
             refused.append(Refusal(approval.name, approval.approver, problem))
             continue
         if approval.decision == "Deny":
-            reason = f": {approval.reason}" if approval.reason else ""
+            said = written_text(approval.reason)  # the approver's words reach the requester (an agent): made safe
+            reason = f": {said}" if said else ""
             return Verdict("denied", f"Denied by {approval.approver}{reason}.", (approval.name,), tuple(refused))
         approvers.setdefault(approval.approver, approval.name)
         if len(approvers) >= needed:

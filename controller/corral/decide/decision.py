@@ -4,8 +4,8 @@ The controller gathers the facts (the contract, the device's online state, the S
 answer, the approvals, the safety envelope, the clock) and calls `decide()`, which runs one ordered list
 of checks, `PIPELINE`; the first check that fails decides. The order is pinned for the whole product:
 
-    withdrawn -> device known -> action known -> arguments -> RBAC verb -> agents paused -> contract hold
-    -> interlocks -> lease -> cited readings -> approval (or a standing grant) -> device online
+    withdrawn -> rate limit -> device known -> action known -> arguments -> RBAC verb -> agents paused
+    -> contract hold -> interlocks -> lease -> cited readings -> approval (or a standing grant) -> device online
 
 Reads (`read`) and the overlay (`set_alias`, `set_note`, `set_location`) change nothing on the device and
 run shorter pipelines of the same checks. A dry run runs the same checks; the caller only records.
@@ -31,6 +31,7 @@ from corral.contract.text import bounded
 from corral.contract.values import InvalidValue, Value, check
 from corral.decide.approvals import ApprovalView, People, Refusal, judge_approvals
 from corral.decide.grants import GrantView, covering
+from corral.decide.ratelimit import Limited, RateLimit
 
 Outcome = Literal["execute", "await_approval", "await_hold", "final"]
 Code = DecisionCode
@@ -53,6 +54,8 @@ class Policy:
     # A lease's idle TTL when the request names none, and the longest one may ask for.
     lease_ttl: timedelta = timedelta(minutes=5)
     lease_max_ttl: timedelta = timedelta(hours=1)
+    # Requests that may reach a device, per requester (corral run --rate-limit; none unless set).
+    rate_limit: RateLimit = field(default_factory=RateLimit)
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ class Case:
     guards: Guards
     evidence: Evidence = Evidence()
     grants: Sequence[GrantView] = ()
+    limited: Limited | None = None  # the requester is beyond its rate limit (judged by decide.ratelimit)
 
 
 @dataclass
@@ -232,9 +236,11 @@ def decide(
     guards: Guards = Guards(),
     evidence: Evidence = Evidence(),
     grants: Sequence[GrantView] = (),
+    limited: Limited | None = None,
 ) -> Decision:
     """One Intent, one outcome: the checks of the pipeline in order; the first that fails decides."""
-    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards, evidence, grants)
+    case = Case(intent, device, requester_may, approvals, params_hash, now, policy, guards, evidence, grants,
+                limited)
     if intent.action == "read":
         return _run(case, READ_PIPELINE)
     if intent.action in OVERLAY_ACTIONS:
@@ -297,6 +303,19 @@ def _withdrawn(case: Case, _: _Working) -> Decision | None:
         return None
     why = f": {case.intent.cancelled}" if case.intent.cancelled else ""
     return _final("CANCELLED", f"Cancelled by its requester {case.intent.requester}{why}; nothing was executed.")
+
+
+def _rate_limit(case: Case, _: _Working) -> Decision | None:
+    limited = case.limited
+    if limited is None:
+        return None
+    per = limited.limit.per.total_seconds()
+    wait = max(0.0, (limited.frees_at - case.now).total_seconds())
+    return _final("RATE_LIMITED", f"{case.intent.requester} is over its rate limit: at most {limited.limit.calls} "
+                                  f"requests to act on devices at once, refilled at {limited.limit.calls} per {per:g} s "
+                                  f"(corral run --rate-limit); {limited.taken} were made in the {per:g} s before "
+                                  f"this one. Nothing was sent. The next slot frees at "
+                                  f"{limited.frees_at:%H:%M:%S} UTC (in {wait:.0f} s); ask again then.")
 
 
 def _device_known(case: Case, _: _Working) -> Decision | None:
@@ -499,6 +518,7 @@ def _may_annotate(case: Case, _: _Working) -> Decision | None:
 
 PIPELINE: tuple[Check, ...] = (
     Check("withdrawn", _withdrawn),
+    Check("rate limit", _rate_limit),
     Check("device known", _device_known),
     Check("action known", _action_known),
     Check("arguments", _arguments),

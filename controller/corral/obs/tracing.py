@@ -68,3 +68,21 @@ def trace_id_of(body: Mapping[str, Any]) -> str | None:
     traceparent = ((body.get("metadata") or {}).get("annotations") or {}).get(TRACEPARENT_ANNOTATION) or ""
     parts = str(traceparent).split("-")
     return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
+class FirstTraces:
+    """The trace context each object was created in, as first seen, by uid: the annotation feeds signed audit
+    records, so it is read once and a later change is ignored (admission refuses one anyway)."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, str] = {}
+
+    def of(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A stand-in for the object with only the first traceparent seen, for context_of and trace_id_of."""
+        meta = body.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        seen = self._first.setdefault(uid, str((meta.get("annotations") or {}).get(TRACEPARENT_ANNOTATION) or ""))
+        return {"metadata": {"annotations": {TRACEPARENT_ANNOTATION: seen} if seen else {}}}
+
+    def forget(self, uid: str) -> None:
+        self._first.pop(uid, None)

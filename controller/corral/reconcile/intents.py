@@ -68,6 +68,7 @@ from corral.reconcile.leases import Leases, LeaseTaken
 from corral.reconcile.notices import device_ref
 from corral.reconcile.pauses import AgentPauses
 from corral.reconcile.port import DevicePort, DeviceView
+from corral.reconcile.ratelimits import RequestIndex
 from corral.reconcile.workqueue import Result, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ class IntentReconciler:
         self.recorder = recorder
         self.devices = devices
         self.intents = ObjectCache()
+        # Each requester's Intents, for its rate limit (counted from the Intents themselves, so a restart agrees).
+        self.requests = RequestIndex(settings.policy.rate_limit, self.intents.get)
+        self.traces = tracing.FirstTraces()  # the trace each Intent was created in: read once, at creation
         self.approvals = ObjectCache()
         self.decisions: WorkQueue[Key] = WorkQueue("intents")
         self.executions: WorkQueue[Key] = WorkQueue("executions")  # keys are (namespace, device name)
@@ -130,7 +134,9 @@ class IntentReconciler:
     # ---- inputs ---------------------------------------------------------------------------------------------
 
     def on_intent_event(self, event_type: str, body: Body) -> None:
+        self.requests.observe(event_type, body)
         if event_type == "DELETED":
+            self.traces.forget(body["metadata"]["uid"])
             self.intents.remove(body)
             self._track(key_of(body), None)
             self.recorded.forget(body["metadata"]["uid"])
@@ -195,7 +201,7 @@ class IntentReconciler:
             return Result.done()
         # Joins the trace of whoever created the Intent (the gateway's tool call), if it carries one.
         with tracing.tracer().start_as_current_span(
-                "corral.intent.decide", context=tracing.context_of(body),
+                "corral.intent.decide", context=tracing.context_of(self.traces.of(body)),
                 attributes={"corral.intent": _name(body)}):
             try:
                 return await self._decide(key, body)
@@ -237,9 +243,10 @@ class IntentReconciler:
         digest = params_hash(namespace, spec)
         now = datetime.now(UTC)
         grants = await self._grants_for(body, view, now)
+        limited = self.requests.verdict(body)
         while True:
             decision = decide(facts, device_facts, requester_may, approvals, digest, now, self.settings.policy,
-                              self._guards(body, view), self._evidence(facts, device_facts), grants)
+                              self._guards(body, view), self._evidence(facts, device_facts), grants, limited)
             if decision.grant is None or spec.get("dryRun") or await self._spend(body, decision.grant):
                 break
             grants = [g for g in grants if g.name != decision.grant]  # used up or revoked meanwhile: the next one
@@ -486,7 +493,7 @@ class IntentReconciler:
             body = self.intents.get(item.key)
             if body is not None and (body.get("status") or {}).get("phase") not in FINAL_PHASES:
                 with tracing.tracer().start_as_current_span(
-                        "corral.intent.execute", context=tracing.context_of(body),
+                        "corral.intent.execute", context=tracing.context_of(self.traces.of(body)),
                         attributes={"corral.intent": _name(body)}):
                     try:
                         await self._execute(body, item.decision)
@@ -678,7 +685,8 @@ class IntentReconciler:
         facts = {"device": spec["device"], "action": spec["action"], "actuator": spec["actuator"],
                  "params": spec.get("params"), "requester": spec["requester"], "reason": spec.get("reason", ""),
                  "basedOn": spec.get("basedOn") or [], **data}
-        await self.audit.append(kind, _name(body), facts, uid=meta["uid"], trace=tracing.trace_id_of(body))
+        await self.audit.append(kind, _name(body), facts, uid=meta["uid"],
+                                     trace=tracing.trace_id_of(self.traces.of(body)))
 
     async def _wait_for_audit(self, key: Key) -> Result:
         """Undecided while the log cannot be written; the condition says why (written once, not every retry)."""

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corral.client.asyncapi import ApiError, AsyncApi, path_of
+from corral.contract.text import written_text
 from corral.decide.decision import Broken, Lease
 from corral.reconcile.cache import Body
 from corral.reconcile.informer import Informer
@@ -225,9 +226,10 @@ def parse(body: Body) -> tuple[Lease | None, Broken | None]:
         return None, None
     until = renewed + timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0))
     holder, holder_id = annotations.get(HOLDER, ""), annotations.get(HOLDER_ID) or None
-    reason = annotations.get(REASON, "")
+    # The holder's and the breaker's words reach other agents in their refusals: made safe as they are read.
+    reason = written_text(annotations.get(REASON, ""))
     if annotations.get(BROKEN_BY):
-        return None, Broken(holder, holder_id, annotations[BROKEN_BY], annotations.get(BROKEN_REASON, ""),
+        return None, Broken(holder, holder_id, annotations[BROKEN_BY], written_text(annotations.get(BROKEN_REASON, "")),
                             _time(annotations.get(BROKEN_AT)) or renewed, until)
     if not spec.get("holderIdentity") or not holder:
         return None, None

@@ -199,11 +199,14 @@
   function fill(card, item) {
     card.dataset.risk = item.risk;
     set(card, "risk", item.risk);
+    // The card leads with what the device is (its name and type, as enrolled); what a person or an agent called
+    // it (alias, location) comes second and says who said so: an agent can name a lock "kitchen-light".
     const link = field(card, "link");
-    link.textContent = item.alias || item.device;
+    link.textContent = item.title || item.device;
     link.href = `/intents/${encodeURIComponent(item.namespace)}/${encodeURIComponent(item.name)}`;
-    set(card, "device", `${item.device} · ${item.namespace}`);
-    set(card, "location", item.location ? ` · ${item.location}` : "");
+    set(card, "named", item.named);
+    field(card, "named").hidden = !item.named;
+    set(card, "namespace", `namespace ${item.namespace}`);
     set(card, "change", item.change);
     set(card, "current", item.current == null ? "unknown" : item.current);
     set(card, "current_note", item.current_note ? `(${item.current_note})` : "");

@@ -1,0 +1,71 @@
+"""Which Intents each requester made, for its rate limit (decide.ratelimit judges; this only indexes).
+
+Kept beside the Intent cache, by requester, so a decision looks at one requester's recent Intents rather than
+every Intent the controller holds. What each Intent's state is (decided, refused by the limit, or not yet) is
+read from the cache when asked: the controller's own status writes land there before their watch events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from corral.api.codes import FINAL_PHASES
+from corral.api.intent import LEASE_ACTIONS, OVERLAY_ACTIONS
+from corral.decide.ratelimit import Limited, RateLimit, Request, State, judge
+from corral.reconcile.cache import Body, Key, key_of
+
+# Phases that say the decision let it through the limit (what waits for a person, or runs, or ended).
+_PASSED = frozenset({"AwaitingApproval", "Executing"}) | FINAL_PHASES
+
+
+def limited_kind(body: Body) -> bool:
+    """Whether the limit applies: requests that may send a device a command (not reads, the overlay, leases,
+    dry runs)."""
+    spec = body.get("spec") or {}
+    action = spec.get("action")
+    return not spec.get("dryRun") and action != "read" and action not in OVERLAY_ACTIONS and action not in LEASE_ACTIONS
+
+
+def state_of(body: Body) -> State:
+    status = body.get("status") or {}
+    if status.get("code") == "RATE_LIMITED":
+        return "limited"
+    return "counted" if status.get("phase") in _PASSED else "open"
+
+
+class RequestIndex:
+    """The keys of each requester's limited-kind Intents, with their creation times."""
+
+    def __init__(self, limit: RateLimit, lookup: Callable[[Key], Body | None]) -> None:
+        self.limit = limit
+        self._lookup = lookup  # the Intent cache: current bodies, with the controller's own writes
+        self._by_requester: dict[str, dict[Key, datetime]] = {}
+
+    def observe(self, event_type: str, body: Body) -> None:
+        if not self.limit.on or not limited_kind(body):
+            return
+        requester, key = str(body["spec"].get("requester", "")), key_of(body)
+        if event_type == "DELETED":
+            mine = self._by_requester.get(requester, {})
+            mine.pop(key, None)
+            if not mine:
+                self._by_requester.pop(requester, None)
+            return
+        self._by_requester.setdefault(requester, {})[key] = _created(body)
+
+    def verdict(self, body: Body) -> Limited | None:
+        """Whether this Intent is beyond its requester's limit (None: not, or the limit does not apply)."""
+        if not self.limit.on or not limited_kind(body):
+            return None
+        requester = str(body["spec"].get("requester", ""))
+        mine = Request(key_of(body), _created(body), "open")
+        others = []
+        for key, created in (self._by_requester.get(requester) or {}).items():
+            current = self._lookup(key)
+            others.append(Request(key, created, state_of(current) if current is not None else "counted"))
+        return judge(others, mine, self.limit)
+
+
+def _created(body: Body) -> datetime:
+    return datetime.fromisoformat(body["metadata"]["creationTimestamp"])
