@@ -18,15 +18,18 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 
+from corral.devcluster.files import BROKER_CONTROLLER
 from corral.devcluster.plane import DevPlane, Plane
 from corral.devcluster.processes import accepts_connections, free_port
 from tests.controller_harness import CORRAL
+from tests.exposure_harness import as_nobody, exposed, listening, process_tree
 from tests.gateway_harness import MODERN, http_client
 
 pytestmark = pytest.mark.integration
@@ -58,38 +61,124 @@ def demo_process(argv: list[str], state: Path, **options: Any) -> Iterator[subpr
         DevPlane(state, progress=lambda line: None).down()
 
 
+@dataclass
+class Home:
+    """`./scripts/up` running: the demo's process, its state directory, the gateway's port and what it printed."""
+
+    demo: subprocess.Popen[str]
+    state: Path
+    port: int
+    text: str
+    planted: str  # a secret in the demo's own environment, as a user's shell may export one
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
+    """One demo for the module, started as a background job would be (SIGINT ignored), its output through a
+    pipe. The last test of the module stops it; whatever happens, the fixture takes it down."""
+    port, planted = free_port(), f"planted-{uuid.uuid4().hex}"
+    state = tmp_path_factory.mktemp("demo") / "state"
+    with demo_process([str(REPO / "scripts" / "up"), "--state-dir", str(state), "--port", str(port)], state,
+                      preexec_fn=_ignore_sigint, env={**os.environ, "GITHUB_TOKEN": planted}) as demo:
+        yield Home(demo, state, port, "".join(_until_ready(demo)), planted)
+
+
+def _running(home: Home) -> Plane:
+    assert home.demo.poll() is None, "the demo stopped before this test (the stop test must come last)"
+    plane = DevPlane(home.state).running()
+    assert plane is not None, "the demo's plane is not running"
+    return plane
+
+
+def _secrets(home: Home, plane: Plane) -> dict[str, str]:
+    """Every secret the demo and its plane hold (what -> value), read from where they are kept."""
+    found = {"agent token": (home.state / "agent-token").read_text().strip(), "admin token": plane.admin_token,
+             "user token": plane.user_token, **{f"broker password ({who})": password
+                                                for who, password in plane.broker_passwords.items()}}
+    devices = json.loads((home.state / "demo-credentials.json").read_text())["devices"]
+    found.update({f"password of device {device_id}": entry["password"] for device_id, entry in devices.items()})
+    for key in [*home.state.rglob("*.key"), *home.state.rglob("*.pem")]:
+        body = [line for line in key.read_text().splitlines() if line and not line.startswith("-----")]
+        if "PRIVATE KEY" in key.read_text() and body:
+            found[f"key {key.relative_to(home.state)}"] = body[0][:40]
+    return found
+
+
+def test_no_process_the_demo_starts_has_a_secret_in_its_arguments_or_environment(home: Home) -> None:
+    """Finding 1: the controller's broker password was in its command line, readable by every local account,
+    and the demo handed its whole environment to every child. Read as root, as the kernel shows them."""
+    plane = _running(home)
+    secrets = _secrets(home, plane)
+    # Positive control: the secrets exist where they are kept, and the controller connected with its password
+    # from a file (every device is online).
+    assert plane.password_file(BROKER_CONTROLLER).read_text().strip() == plane.broker_passwords["controller"]
+    assert len(secrets) > 48 and all(len(value) >= 16 for value in secrets.values()), secrets.keys()
+    assert "enrolled devices online: 43/43" in (home.state / "demo-logs" / "demo.log").read_text()
+    processes = [p for pid in process_tree(home.demo.pid) if (p := exposed(pid)) is not None]
+    commands = [" ".join(p.argv) for p in processes]
+    for started in ("corral.cli.main sim", "corral.cli.main run", "corral.cli.main mcp", "mosquitto", " serve "):
+        assert any(started in command for command in commands), f"{started!r} is not among {commands}"
+    leaks = [(p.pid, p.argv[:3], what) for p in processes for what, value in secrets.items()
+             if value in "\0".join(p.argv) or any(value in v for v in p.environ.values())]
+    assert leaks == []
+    # What the demo's own environment held reaches none of its children (the demo itself has it).
+    assert processes[0].pid == home.demo.pid and processes[0].environ.get("GITHUB_TOKEN") == home.planted
+    assert [p.argv[:3] for p in processes[1:] if home.planted in "\0".join(p.environ.values())] == []
+    for p in processes:
+        assert not {"CORRAL_MQTT_URL", "CORRAL_TOKEN"} & set(p.environ), (p.argv[:3], sorted(p.environ))
+    # Nor in the env file a shell would source.
+    env_text = (home.state / "env").read_text()
+    assert not [what for what, value in secrets.items() if value in env_text]
+
+
+def test_every_process_the_demo_starts_listens_on_loopback_only_and_nobody_reads_its_files(home: Home) -> None:
+    """Findings 12 and 13: the controller's HTTPS reader and health port listened on every interface; a local
+    user could read the plane's and the demo's credentials. Positive control: they listen, and root reads."""
+    plane = _running(home)
+    sockets = {" ".join(p.argv[:4]): listening(p.pid) for pid in process_tree(home.demo.pid)
+               if (p := exposed(pid)) is not None}
+    controller = next(ports for command, ports in sockets.items() if "corral.cli.main run" in command)
+    assert len(controller) >= 2, f"the controller's health and reader ports: {controller}"
+    assert any(port == home.port for _, port in sockets[next(c for c in sockets if "corral.cli.main mcp" in c)])
+    wide = {command: ports for command, ports in sockets.items()
+            if any(address not in ("127.0.0.1", "::1") for address, _ in ports)}
+    assert wide == {}
+    files = sorted(p for p in home.state.rglob("*") if p.is_file())
+    assert (home.state / "agent-token") in files and (home.state / "demo-credentials.json") in files
+    assert home.state.stat().st_mode & 0o777 == 0o700
+    seen = as_nobody([], int(plane.server.rsplit(":", 1)[1]), files, [home.state])
+    assert seen["api"].startswith("HTTP/1.1"), seen["api"]  # the probe itself works as nobody
+    assert seen["readable"] == [] and seen["listable"] == []
+
+
 def test_the_demo_runs_the_product_and_a_stop_signal_ends_all_of_it_even_with_sigint_ignored_and_no_terminal(
-        tmp_path: Path) -> None:
+        home: Home) -> None:
     """Started as a background job would be (SIGINT ignored), its output through a pipe that goes away before
     the stop (as `./scripts/up 2>&1 | tee demo.log` after Ctrl-C), then told to stop with SIGINT."""
-    port = free_port()
-    state = tmp_path / "state"
-    with demo_process([str(REPO / "scripts" / "up"), "--state-dir", str(state), "--port", str(port)], state,
-                      preexec_fn=_ignore_sigint) as demo:
-        text = "".join(_until_ready(demo))
-        assert f"http://127.0.0.1:{port}/mcp" in text and "kubectl get devices -n home" in text
-        token = (state / "agent-token").read_text()
+    demo, state, port, text = home.demo, home.state, home.port, home.text
+    assert f"http://127.0.0.1:{port}/mcp" in text and "kubectl get devices -n home" in text
+    token = (state / "agent-token").read_text()
 
-        async def agent() -> tuple[list[str], int, dict[str, Any]]:
-            async with http_client(f"http://127.0.0.1:{port}/mcp", token, mode=MODERN) as client:
-                tools = [t.name for t in (await client.list_tools()).tools]
-                devices = (await client.call_tool("iot.list_devices", {})).structured_content["devices"]
-                read = await client.call_tool("iot.read", {"device_id": "home/bedroom-fan", "window_s": 0})
-                return tools, len(devices), dict(read.structured_content or {})
+    async def agent() -> tuple[list[str], int, dict[str, Any]]:
+        async with http_client(f"http://127.0.0.1:{port}/mcp", token, mode=MODERN) as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            devices = (await client.call_tool("iot.list_devices", {})).structured_content["devices"]
+            read = await client.call_tool("iot.read", {"device_id": "home/bedroom-fan", "window_s": 0})
+            return tools, len(devices), dict(read.structured_content or {})
 
-        tools, devices, read = asyncio.run(agent())
-        assert "iot.control" in tools and devices == 43
-        assert "metrics" in read, read
-        plane = DevPlane(state).running()
-        assert plane is not None
-        raw = subprocess.run([str(plane.kubectl), "--kubeconfig", str(plane.kubeconfig), "get", "--raw",
-                              "/apis/readings.corral.dev/v1alpha1/namespaces/home/devices/bedroom-fan"],
-                             capture_output=True, text=True, timeout=30)
-        assert raw.returncode == 0 and json.loads(raw.stdout)["kind"] == "DeviceReadings", raw.stderr
-        assert demo.stdout is not None
-        demo.stdout.close()  # the reader is gone: every write to the pipe fails from now on
-        demo.send_signal(signal.SIGINT)
-        code = demo.wait(90)
+    tools, devices, read = asyncio.run(agent())
+    assert "iot.control" in tools and devices == 43
+    assert "metrics" in read, read
+    plane = DevPlane(state).running()
+    assert plane is not None
+    raw = subprocess.run([str(plane.kubectl), "--kubeconfig", str(plane.kubeconfig), "get", "--raw",
+                          "/apis/readings.corral.dev/v1alpha1/namespaces/home/devices/bedroom-fan"],
+                         capture_output=True, text=True, timeout=30)
+    assert raw.returncode == 0 and json.loads(raw.stdout)["kind"] == "DeviceReadings", raw.stderr
+    assert demo.stdout is not None
+    demo.stdout.close()  # the reader is gone: every write to the pipe fails from now on
+    demo.send_signal(signal.SIGINT)
+    code = demo.wait(90)
     assert code == 0
     assert "SIGINT: stopping what the demo started" in (state / "demo-logs" / "demo.log").read_text()
     assert DevPlane(state).running() is None, "the plane the demo started must be stopped"
