@@ -17,6 +17,7 @@ import os
 import re
 import ssl
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from typing import Any
 
 import click
 import kubernetes
+import paho.mqtt.client as paho
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -512,9 +514,32 @@ def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Install
         assert _connack(port, context, files.BROKER_CONTROLLER, password) == "Success"
         answers = dynsec_at(port, (files.BROKER_CONTROLLER, password), [{"command": "listClients"}], tls=context)
         assert answers[0]["data"]["clients"] == [files.BROKER_CONTROLLER]
+        # max_packet_size: a contract-sized packet passes, a 300 KiB one is cut off at the broker.
+        assert _acknowledged(port, context, password, 64 * 1024)
+        assert not _acknowledged(port, context, password, 300 * 1024)
     finally:
         proc.kill()
         proc.wait(5)
+
+
+def _acknowledged(port: int, context: ssl.SSLContext, password: str, size: int) -> bool:
+    """Whether the broker acknowledges a QoS 1 publish of `size` bytes from the controller (on a command topic
+    it may use). MQTT 3.1.1, so that the client does not hold back what the broker announced it refuses."""
+    answered, dropped = threading.Event(), threading.Event()
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311, client_id=files.BROKER_CONTROLLER)
+    c.tls_set_context(context)
+    c.username_pw_set(files.BROKER_CONTROLLER, password)
+    c.on_publish = lambda *_: answered.set()
+    c.on_disconnect = lambda *_: dropped.set()
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    try:
+        c.publish("chart/probe/cmd", b"x" * size, qos=1)
+        wait_for(lambda: answered.is_set() or dropped.is_set(), "the broker to answer or drop the publish")
+        return answered.is_set() and not dropped.is_set()
+    finally:
+        c.disconnect()
+        c.loop_stop()
 
 
 def find_plugin_line(config: str) -> str:
