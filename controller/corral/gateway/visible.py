@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.contract.model import Actuator, Contract
+from corral.contract.text import bounded
 from corral.contract.values import allowed
 
 
@@ -49,7 +50,10 @@ class VisibleDevice:
 
     @property
     def overlay(self) -> dict[str, str]:
-        return {k: v for k, v in ((self.body.get("spec") or {}).get("overlay") or {}).items() if v}
+        """Alias, location and notes, made safe here too: anyone with `patch` on the Device writes them directly,
+        and the API server refuses only control characters, not bidi or tag characters."""
+        overlay = (self.body.get("spec") or {}).get("overlay") or {}
+        return {k: bounded(v, OVERLAY_LIMIT) for k, v in overlay.items() if isinstance(v, str) and v}
 
     def usable_actuators(self) -> list[Actuator]:
         """Actuators whose level the caller holds."""
@@ -86,19 +90,20 @@ class VisibleDevice:
                     "age_s": round((now.timestamp() * 1000 - ts) / 1000, 1) if ts is not None else None,
                 }
         conditions = [
-            {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"), "message": c.get("message")}
+            {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
+             "message": _said(c.get("message"))}
             for c in status.get("conditions") or []
         ]
         # The safety rules guarding the device's actions (a guarded action is DENY_INTERLOCK while its condition
         # does not hold), and any target one of them keeps from being driven.
         interlocks = [
             {"name": i.get("name"), "actuators": i.get("actuators") or [], "condition": i.get("condition"),
-             "message": i.get("message"), "compiled": i.get("compiled")}
+             "message": _said(i.get("message")), "compiled": i.get("compiled")}
             for i in status.get("interlocks") or []
         ]
         held = [
             {"actuator": h.get("actuator"), "value": h.get("value"), "interlock": h.get("interlock"),
-             "message": h.get("message")}
+             "message": _said(h.get("message"))}
             for h in status.get("interlockedTargets") or []
         ]
         return {
@@ -152,6 +157,14 @@ def value_schema(actuator: Actuator) -> dict[str, Any]:
     if actuator.type == "counter":
         return {"type": "integer", **{k: int(v) for k, v in bounds.items()}, "description": text}
     return {"type": "number", **bounds, "description": text}
+
+
+OVERLAY_LIMIT = 512  # the API server's own limit for notes; alias and location are held to 64 there
+
+
+def _said(message: Any) -> Any:
+    """A condition's or rule's message: it may quote a device or a person (a contract hold's reasons do)."""
+    return bounded(message, 1024) if isinstance(message, str) else message
 
 
 def _epoch_ms(timestamp: str | None) -> int | None:
