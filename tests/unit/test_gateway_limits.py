@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import kubernetes
 import pytest
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -126,7 +127,7 @@ def test_the_command_line_refuses_a_limit_below_one(option: str) -> None:
     from corral.cli.mcp import mcp
 
     done = CliRunner().invoke(mcp, ["--transport", "http", option, "0"])
-    assert done.exit_code == 2 and option in done.output and "0 is not in the range x>=1" in done.output
+    assert done.exit_code == 2 and f"Invalid value for '{option}': 0 is not in the range" in done.output
 
 
 def test_one_username_keeps_a_bounded_number_of_views_however_many_tokens_it_mints() -> None:
@@ -137,3 +138,12 @@ def test_one_username_keeps_a_bounded_number_of_views_however_many_tokens_it_min
     assert crowded(views, AGENT, keep=6) == ["agent-0", "agent-1", "agent-2", "agent-4"]
     assert crowded(views, OTHER, keep=7) == [], "another caller's views are not touched"
     assert crowded(views[:5], AGENT, keep=7) == []
+
+
+def test_one_caller_may_not_be_allowed_the_sdks_whole_session_limit() -> None:
+    from corral.gateway.serve import http_app
+
+    with pytest.raises(ValueError, match="must stay out of one caller's reach"):
+        http_app(kubernetes.client.Configuration(), ["home"], public_url="http://127.0.0.1:8000/mcp",
+                 issuer_url="https://127.0.0.1:6443", allowed_hosts=[], wait_s=1.0,
+                 bounds=Bounds(sessions_per_caller=6000))

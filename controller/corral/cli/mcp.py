@@ -76,7 +76,7 @@ def _configuration(kubeconfig: str | None, context: str | None) -> tuple[kuberne
               help="Seconds iot.control waits for an outcome before answering PENDING.")
 @click.option("--rate-limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
               help="Per caller: at most CALLS control calls (iot.control, device tools) in SECONDS; 0/1 for none.")
-@click.option("--max-sessions-per-caller", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--max-sessions-per-caller", type=click.IntRange(min=1, max=5000), default=32, show_default=True,
               help="HTTP: open MCP sessions one caller (authenticated username, whatever its tokens) may have; one "
                    "more gets 429 naming the limit, other callers are untouched.")
 @click.option("--max-streams-per-caller", type=click.IntRange(min=1), default=64, show_default=True,

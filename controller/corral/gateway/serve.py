@@ -23,6 +23,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAut
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import DEFAULT_MAX_SESSIONS
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from pydantic import AnyHttpUrl
@@ -115,6 +116,9 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
              readings_direct: readings.Direct | None = None, console_url: str | None = None,
              bounds: Bounds | None = None, **view_options: Any) -> Starlette:
     bounds = bounds or Bounds()
+    if bounds.sessions_per_caller * 2 > DEFAULT_MAX_SESSIONS:
+        raise ValueError(f"at most {DEFAULT_MAX_SESSIONS // 2} sessions per caller: the SDK's limit for the whole "
+                         f"gateway ({DEFAULT_MAX_SESSIONS}) must stay out of one caller's reach")
     base = anonymous(config)
     views = Views(namespaces, **view_options)
 
