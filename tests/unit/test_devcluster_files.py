@@ -112,3 +112,12 @@ def test_local_plane_runs_kube_apiserver_with_the_audit_policy(tmp_path: Path) -
     assert f"--audit-policy-file={tmp_path / 'kube-audit-policy.yaml'}" in flags
     assert f"--audit-log-path={tmp_path / 'kube-audit.log'}" in flags
     assert {"--audit-log-maxsize=100", "--audit-log-maxbackup=3"} <= set(flags)
+
+
+def test_broker_takes_packets_up_to_the_largest_contract_and_logs_refusals_to_a_file_line_by_line() -> None:
+    conf = files.mosquitto_conf(18830, debug_log=Path("/state/broker/mosquitto-debug.log")).splitlines()
+    assert f"max_packet_size {files.MAX_PACKET_SIZE}" in conf and files.MAX_PACKET_SIZE == 262144
+    # Only the debug log names a refused PUBLISH; a file, which Mosquitto writes line by line (stdout: in blocks).
+    assert "log_type debug" in conf and "log_dest file /state/broker/mosquitto-debug.log" in conf
+    assert "log_dest stdout" not in conf
+    assert "log_type debug" not in files.mosquitto_conf(18830).splitlines()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from corral.cli.main import cli
 from corral.decide.approvals import People
 from corral.decide.decision import Policy, decide
 from corral.decide.grants import GrantView, covering, why_not_covered
@@ -113,3 +116,22 @@ def test_a_grant_does_not_lift_any_other_check() -> None:
     offline = decide(LOCK_INTENT, replace(DEVICE, online=False), True, [], HASH, NOW, Policy(),
                      grants=[LOCK_GRANT])
     assert offline.code == "DEVICE_GONE"
+
+
+@pytest.mark.parametrize("bounds,expected", [
+    (["--device", "front-door-lock"], "a grant must say which values it covers: --value JSON (repeatable) or --range"),
+    (["--value", "true"], "a grant must say which Devices it covers: --device NAME (repeatable) or --selector"),
+])
+def test_corral_grants_create_says_what_a_grant_must_name_before_asking_the_cluster(
+        tmp_path: Path, bounds: list[str], expected: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"  # a cluster nobody answers at: the refusal comes first
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+                          "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    result = CliRunner().invoke(cli, ["grants", "create", AGENT, "--kubeconfig", str(kubeconfig), "--actuator", "locked",
+                                      "--uses", "3", *bounds])
+    assert result.exit_code == 2 and expected in result.output
+    # Positive control: with both it gets as far as the cluster (which does not answer here).
+    both = CliRunner().invoke(cli, ["grants", "create", AGENT, "--kubeconfig", str(kubeconfig), "--actuator", "locked",
+                                    "--uses", "3", "--device", "front-door-lock", "--value", "true"])
+    assert "a grant must say" not in both.output

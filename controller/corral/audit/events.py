@@ -10,13 +10,16 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from corral.audit.correlate import EventCorrelator, EventKey
 from corral.client.asyncapi import ApiError
+from corral.obs import metrics
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +85,10 @@ class EventRecorder:
     """
 
     def __init__(self, send: Callable[[str, dict[str, Any]], Awaitable[None]], instance: str | None = None,
-                 max_queued: int = 10_000) -> None:
+                 max_queued: int = 10_000, correlator: EventCorrelator | None = None) -> None:
         self._send = send  # (namespace, Event body): creates it, off the event loop
+        # As the kubelet's recorder: similar Events combined, and a token bucket per object and reason.
+        self.correlator = correlator if correlator is not None else EventCorrelator()
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_queued)
         self._worker: asyncio.Task[None] | None = None
@@ -98,7 +103,14 @@ class EventRecorder:
         type_: Literal["Normal", "Warning"] = "Normal",
         related: ObjectRef | None = None,
     ) -> None:
-        """Stamp the Event and queue it; call on the event loop. Nothing waits for the API server."""
+        """Stamp the Event and queue it; call on the event loop. Nothing waits for the API server. An object
+        that has had too many Events lately gets none (audit.correlate): the audit log keeps the facts."""
+        key = EventKey(regarding.kind, regarding.namespace, regarding.name, regarding.uid, reason, type_)
+        correlated = self.correlator.correlate(key, note, time.monotonic())
+        if correlated is None:
+            metrics.EVENTS_SKIPPED.inc()
+            return
+        note = correlated
         body = event_body(regarding, reason, action, note, type_, self.instance, datetime.now(UTC), related)
         if self._queue.full():
             self._queue.get_nowait()

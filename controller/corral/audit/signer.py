@@ -30,12 +30,18 @@ DEFAULT_INTERVAL_S = 300.0
 Publish = Callable[[Checkpoint], Awaitable[dict[str, Any] | None]]
 
 
+# The log's default total size: 1 GiB holds some two million records, years of a home's decisions and state
+# changes, yet fits a small disk; beyond it the oldest closed files go, on record (audit.retention). A device's
+# flood cannot push older records out: its messages are counted, not recorded one by one (devices.limits).
+MAX_TOTAL_BYTES = 2**30
+
+
 @dataclass(frozen=True)
 class Retention:
     """How long closed log files are kept (by their last write), and how much of them in all; None: no limit."""
 
     max_age_s: float | None = 365 * 86400.0
-    max_total_bytes: int | None = None
+    max_total_bytes: int | None = MAX_TOTAL_BYTES
 
 
 def last_checkpoint(directory: Path) -> Checkpoint | None:

@@ -32,7 +32,7 @@ def grants() -> None:
 @click.option("--selector", "selector", metavar="KEY=VALUE[,KEY=VALUE]", help="Devices by label, as well.")
 @click.option("--actuator", "actuators", multiple=True, required=True, help="An actuator it covers (repeatable).")
 @click.option("--value", "values", multiple=True, metavar="JSON",
-              help="A value it covers (repeatable; a JSON value: true, 21, \"cool\"); default: any, or --range.")
+              help="A value it covers (repeatable; a JSON value: true, 21, \"cool\"); or --range: one is required.")
 @click.option("--range", "value_range", metavar="MIN..MAX", help="Numbers from MIN to MAX, both included.")
 @click.option("--uses", type=click.IntRange(min=1, max=1000), required=True, help="How many Intents it lets run.")
 @click.option("--expires-in", default="1h", show_default=True, metavar="DURATION",
@@ -46,6 +46,13 @@ def create(client: kubernetes.client.ApiClient, namespace: str, requester: str, 
     """Let REQUESTER's Intents on these Devices run without a per-request approval, USES times, until it expires.
 
     REQUESTER is a username, e.g. system:serviceaccount:home:agent. Critical-risk actions are never covered."""
+    # A grant must say what it covers (the API server refuses any other): said here before anything is asked.
+    if not devices and not selector:
+        raise click.UsageError("a grant must say which Devices it covers: --device NAME (repeatable) or "
+                               "--selector KEY=VALUE")
+    if not values and not value_range:
+        raise click.UsageError("a grant must say which values it covers: --value JSON (repeatable) or --range "
+                               "MIN..MAX; a grant of any value is not in bounds")
     me = identity(client)
     spec: dict[str, Any] = {
         "grantor": me.username, "grantorGroups": list(me.groups), "requester": requester, "devices": list(devices),

@@ -14,13 +14,14 @@ import kopf
 import kubernetes
 
 from corral.api.codes import PEOPLE_NAMESPACE
-from corral.audit.signer import Retention
+from corral.audit.signer import MAX_TOTAL_BYTES, Retention
 from corral.cli.mqttopts import broker_password, password_file_option
 from corral.cli.obsopts import LOOPBACK, observability_options
 from corral.contract.trust import RiskFloors
 from corral.decide.approvals import People, people_of
 from corral.decide.decision import Policy
 from corral.decide.ratelimit import RateLimit
+from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
@@ -64,6 +65,14 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 @click.option("--deadband", "deadbands", multiple=True, metavar="METRIC=VALUE",
               help="Absolute change of a metric that is written sooner than the interval (repeatable); "
                    "default: 2% of the sensor's range.")
+@click.option("--device-message-rate", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_RATE,
+              show_default=True, help="Event and telemetry messages a second each device may send, sustained; beyond "
+                                      "it they are dropped and counted (device.flooding records, Flooding Events).")
+@click.option("--device-message-burst", type=click.IntRange(min=1), default=DEFAULT_BURST, show_default=True,
+              help="How many of them a device may send at once before --device-message-rate applies.")
+@click.option("--broker-log", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Mosquitto's log with `log_type debug` (the local plane's): its refused PUBLISHes are counted per "
+                   "device, recorded (device.refused) and told in Warning Events.")
 @click.option("--approvals", "approvals", multiple=True, metavar="RISK=N",
               help="Approvals an Intent of this risk needs (repeatable); default low=0 medium=1 high=1 critical=1.")
 @click.option("--freshness", type=float, default=2.0, show_default=True,
@@ -117,8 +126,9 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="An audit log file this large is closed and the next one continues the chain.")
 @click.option("--audit-retention-days", type=click.FloatRange(min=0, min_open=True), default=365.0, show_default=True,
               help="Closed audit log files last written longer ago are deleted, on record (audit.retention).")
-@click.option("--audit-max-total-bytes", type=click.IntRange(min=0), default=0, show_default=True,
-              help="The oldest closed files are deleted (on record) while the log is larger; 0: no limit.")
+@click.option("--audit-max-total-bytes", type=click.IntRange(min=0), default=MAX_TOTAL_BYTES,
+              show_default=True, help="The oldest closed files are deleted (on record) while the log is larger; 0: no "
+                                      "limit.")
 @click.option("--serve-port", type=click.IntRange(min=0, max=65535), default=8443, show_default=True,
               help="HTTPS port of the audit log's reader (Kubernetes tokens, the `audit` verb); 0 turns it off.")
 @click.option("--serve-cert", type=click.Path(dir_okay=False, exists=True),
@@ -158,6 +168,9 @@ def run(
     redrive_max_age: float,
     status_interval: float,
     deadbands: tuple[str, ...],
+    device_message_rate: float,
+    device_message_burst: int,
+    broker_log: str | None,
     approvals: tuple[str, ...],
     freshness: float,
     approval_window: float,
@@ -228,6 +241,9 @@ def run(
         heartbeat_interval_s=heartbeat_interval,
         redrive_max_age_s=redrive_max_age,
         coalescing=Coalescing(interval_s=status_interval, deadbands=_parse_deadbands(deadbands)),
+        device_message_rate=device_message_rate,
+        device_message_burst=device_message_burst,
+        broker_log=broker_log,
         require_signatures=require_signatures,
         signing_keys_secret=signing_keys,
         audit_dir=audit_dir,

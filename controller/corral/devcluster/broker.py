@@ -55,6 +55,12 @@ def password_file(directory: Path, who: str) -> Path:
     return directory / f"{who}.password"
 
 
+def debug_log(directory: Path) -> Path:
+    """The broker's log, at debug level: what `corral run --broker-log` reads for refused PUBLISHes (and keeps
+    small: devices.refusals cuts it once read)."""
+    return directory / "mosquitto-debug.log"
+
+
 def certificates(directory: Path) -> files.BrokerTls:
     """The broker's CA and server certificate in directory/tls, made on first use (tls.port is filled later)."""
     tls = directory / "tls"
@@ -89,5 +95,5 @@ def prepare(directory: Path, port: int, tls_port: int, passwords: dict[str, str]
     write_private(password_file(directory, files.BROKER_CONTROLLER), passwords["controller"] + "\n")
     write_private(password_file(directory, files.BROKER_ADMIN), passwords["admin"] + "\n")
     conf = directory / "mosquitto.conf"
-    conf.write_text(files.mosquitto_conf(port, plugin_path(), dynsec, tls))
+    conf.write_text(files.mosquitto_conf(port, plugin_path(), dynsec, tls, debug_log(directory)))
     return BrokerFiles(conf, tls.ca_file, passwords["controller"], passwords["admin"])

@@ -92,10 +92,23 @@ class BrokerTls:
     key_file: Path
 
 
-def mosquitto_conf(port: int, plugin: str = "", dynsec_file: Path | None = None, tls: BrokerTls | None = None) -> str:
+# The largest packet the broker takes from a client; a bigger one disconnects the client. The largest contract
+# the catalog ships is under 2 KiB and the controller refuses any message over 64 KiB (devices.messages), so
+# 256 KiB leaves room for any contract the controller could accept, and the chart sets the same number.
+MAX_PACKET_SIZE = 262144
+
+
+def mosquitto_conf(port: int, plugin: str = "", dynsec_file: Path | None = None, tls: BrokerTls | None = None,
+                   debug_log: Path | None = None) -> str:
     """A loopback broker that admits no anonymous client: every client is an account of the dynamic security
     plugin (`plugin`, its state in `dynsec_file`), with the username as its client id so no identity can take
-    over another's session. Optionally a second listener that serves TLS."""
+    over another's session. Optionally a second listener that serves TLS.
+
+    `debug_log`: the broker logs at debug level to this file instead of stdout. The debug log is the only place
+    Mosquitto 2.0 names a PUBLISH its ACLs refused ("Denied PUBLISH from CLIENT (... 'TOPIC' ...)"); the
+    controller reads it (`corral run --broker-log`) to record and tell who tried (devices.refusals). A file,
+    not stdout: Mosquitto writes a file line by line, but stdout into a pipe or file in blocks, hours late
+    at a home's pace. Its cost: bench/broker_debug_log.py, docs/device-trust.md."""
     lines = [
         "# Written by `corral dev up`: a loopback-only broker for development and tests.",
         "per_listener_settings false",
@@ -116,7 +129,8 @@ def mosquitto_conf(port: int, plugin: str = "", dynsec_file: Path | None = None,
         # messages per device. Mosquitto's default queue (1000 QoS 1 messages per client) would drop
         # the statuses of a fleet beyond ~500 devices.
         "max_queued_messages 100000",
-        "log_dest stdout",
+        f"max_packet_size {MAX_PACKET_SIZE}",
+        *([f"log_dest file {debug_log}", "log_type debug"] if debug_log is not None else ["log_dest stdout"]),
         "log_type error",
         "log_type warning",
         "log_type notice",

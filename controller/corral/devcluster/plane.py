@@ -84,6 +84,11 @@ class Plane:
     def mqtt_tls_port(self) -> int:
         return int(self.mqtt_tls_url.rsplit(":", 1)[1])
 
+    @property
+    def broker_log(self) -> Path:
+        """The broker's debug log, with its refused PUBLISHes: `corral run --broker-log`."""
+        return broker.debug_log(self.state_dir / "broker")
+
     def password_file(self, who: str) -> Path:
         """The file (mode 0600) holding the broker password of `who` (files.BROKER_CONTROLLER or BROKER_ADMIN)."""
         return broker.password_file(self.state_dir / "broker", who)
@@ -230,7 +235,8 @@ class DevPlane:
     def _broker_config(self, mosquitto: str, tls_port: int) -> str:
         tls = broker.certificates(self._broker_dir)
         conf = files.mosquitto_conf(_PORT, broker.plugin_path(), self._broker_dir / "dynamic-security.json",
-                                    files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file))
+                                    files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file),
+                                    broker.debug_log(self._broker_dir))
         # The controller's role too: a broker started with a wider one is restarted with this one.
         return _config_hash([mosquitto, conf, json.dumps(files.controller_acls())], [tls.ca_file, tls.cert_file])
 

@@ -30,6 +30,16 @@ NOTIFICATION_ATTEMPTS = Counter("corral_notification_attempts_total",
 NOTIFICATIONS_QUEUED = Gauge("corral_notifications_queued", "Approval requests waiting to be sent, by webhook.",
                              ["webhook"])
 STATUS_WRITES = Counter("corral_status_writes_total", "Status writes to the API server, by reason.", ["reason"])
+# What devices said beyond their limits (devices.limits), by kind of message: dropped, counted, never recorded
+# one by one.
+DEVICE_MESSAGES_DROPPED = Counter("corral_device_messages_dropped_total",
+                                  "Device messages over the device's rate limit, dropped and counted.", ["kind"])
+# Publishes the broker refused (its ACLs), by the client that tried: an enrolled device id, or "other" for
+# any other client (a bounded set: enrolled devices).
+BROKER_REFUSALS = Counter("corral_broker_refusals_total",
+                          "PUBLISH packets the broker refused by its ACLs, by the client that sent them.", ["client"])
+EVENTS_SKIPPED = Counter("corral_events_skipped_total",
+                         "Events not posted: their object had too many lately (the kubelet's spam filter).")
 MQTT_RECONNECTS = Counter("corral_mqtt_reconnects_total", "Times the controller's MQTT link came back after a loss.")
 TOOL_CALLS = Counter("corral_mcp_tool_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"])
 MCP_SESSIONS = Gauge("corral_mcp_sessions", "Handshake-era MCP HTTP sessions open at the gateway.")

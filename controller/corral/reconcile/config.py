@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
+from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
 from corral.reconcile.notify_payloads import NotifySettings
 from corral.serving.frontproxy import FrontProxy
@@ -38,6 +39,13 @@ class ControllerConfig:
     backoff_min_s: float = 1.0
     backoff_max_s: float = 60.0
     coalescing: Coalescing = field(default_factory=Coalescing)
+    # Each device's event and telemetry messages: a token bucket (devices.limits); beyond it they are dropped
+    # and counted (device.flooding records and Flooding Events, a few per burst).
+    device_message_rate: float = DEFAULT_RATE
+    device_message_burst: int = DEFAULT_BURST
+    # The broker's log (Mosquitto with `log_type debug`), tailed for its refused PUBLISHes (devices.refusals):
+    # recorded and told per device and burst. None: not read (a broker elsewhere; docs/device-trust.md).
+    broker_log: str | None = None
     # lastSeen rides along with other status writes and is refreshed alone at most this often.
     last_seen_interval_s: float = 300.0
     # The cluster's risk floors (contract.trust): a contract can raise an action's risk, never lower it.

@@ -29,6 +29,7 @@ from corral.audit.log import read_records
 from corral.client.enroll import DEVICE_ID_LABEL
 from corral.devices.accounts import RESPONSE_TOPIC
 from corral.devices.heartbeat import Heartbeat
+from corral.devices.limits import DeviceLimits
 from corral.devices.link import Inbound, MqttLink, TlsFiles
 from corral.devices.topics import Topics
 from corral.reconcile.access import AccessReviews
@@ -48,6 +49,7 @@ from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.notify import Notifier
 from corral.reconcile.pauses import AgentPauses
 from corral.reconcile.port import FleetPort
+from corral.reconcile.refusals import RefusalTracer
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.targets import TargetApplier
 from corral.reconcile.trust import ContractTrust
@@ -89,7 +91,12 @@ class Controller:
                               check_versions=config.require_signatures)
         self.ingest = Ingest(topics, self.fleet, self.queue, self.driver, notices, config.coalescing,
                              bound=lambda device_id: bool(self.devices.bound(device_id)), trust=trust,
-                             require_signatures=config.require_signatures, signing_keys=signing_keys)
+                             require_signatures=config.require_signatures, signing_keys=signing_keys,
+                             limits=DeviceLimits(config.device_message_rate, config.device_message_burst))
+        # PUBLISHes the broker refused, from its debug log: counted, recorded and told per device and burst.
+        self.refusals = RefusalTracer(Path(config.broker_log), topics, notices,
+                                      enrolled=lambda client: bool(self.devices.bound(client))) \
+            if config.broker_log else None
         self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace) \
             if config.manage_broker_accounts else None
         self.enrollments = Informer(kube.api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
@@ -159,6 +166,8 @@ class Controller:
             await asyncio.wait_for(self.enrollments.synced.wait(), 60)
             self.accounts.start()
         await self.link.start()
+        if self.refusals is not None:
+            self.refusals.start()
         if self.notifier is not None:
             await self.notifier.start()
         settings = self.intents.settings
@@ -188,7 +197,10 @@ class Controller:
         await self.interlocks.stop()
         await self.pauses.stop()
         await self.leases.stop()
+        if self.refusals is not None:
+            await self.refusals.stop()
         await self.link.stop()
+        self.ingest.close()
         await self.checkpoints.stop()  # the final one: after everything that could still write a record
         self.audit.close()
 

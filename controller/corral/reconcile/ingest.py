@@ -8,6 +8,7 @@ is logged, and a bad contract makes the device inert until it announces a good o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ from corral.api.capability import capability_name
 from corral.contract.diff import contract_diff
 from corral.contract.signature import verify
 from corral.devices import messages
+from corral.devices.limits import BurstReport, DeviceLimits
 from corral.devices.link import Inbound
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
@@ -32,11 +34,17 @@ from corral.reconcile.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+# What a device may send at its own pace only: each costs work downstream (a state change is an audit record
+# and an Event, samples may be a status write). Not `info` (judged as a contract, held when it changes), not
+# `status` (its Will: an `offline` must never be dropped), not `ack` (answers to our own commands).
+LIMITED = ("event", "telemetry")
+
 
 class Ingest:
     def __init__(self, topics: Topics, fleet: Fleet, queue: WorkQueue[str], driver: Driver, notices: DeviceNotices,
                  coalescing: Coalescing, bound: Callable[[str], bool], trust: ContractTrust,
-                 require_signatures: bool = False, signing_keys: Mapping[str, Ed25519PublicKey] | None = None) -> None:
+                 require_signatures: bool = False, signing_keys: Mapping[str, Ed25519PublicKey] | None = None,
+                 limits: DeviceLimits | None = None) -> None:
         self.topics = topics
         self.trust = trust
         self.bound = bound  # whether a Device binds this device id: only those are driven
@@ -48,6 +56,9 @@ class Ingest:
         self.require_signatures = require_signatures
         self.signing_keys = dict(signing_keys or {})
         self.link_up_since = 0.0
+        # Per device, what may cost work downstream (records, Events, status writes): devices.limits.
+        self.limits = limits if limits is not None else DeviceLimits()
+        self._tick: asyncio.TimerHandle | None = None
 
     def on_message(self, message: Inbound) -> None:
         parsed = self.topics.parse(message.topic)
@@ -64,6 +75,8 @@ class Ingest:
                 return  # a device becomes known through its contract, and only with a Device that binds it
             rt = self.fleet.add(device_id)
             metrics.device_online_changed(None, rt.online, new=True)
+        if kind in LIMITED and not self._admit(device_id, kind):
+            return
         try:
             if kind == "info":
                 self._on_info(rt, message.payload)
@@ -79,6 +92,58 @@ class Ingest:
             log.warning("device %s sent a bad %s message: %s", device_id, kind, err)
             if kind == "info":
                 self._refuse_contract(rt, str(err))
+
+    def _admit(self, device_id: str, kind: str) -> bool:
+        """Whether the device is under its limit; over it, the message is counted, and a burst told in a few
+        reports (a record and a Warning Event each), never one by one."""
+        taken, report = self.limits.admit(device_id, time.monotonic())
+        if taken:
+            return True
+        metrics.DEVICE_MESSAGES_DROPPED.labels(kind=kind).inc()
+        if report is not None:
+            self._tell_flood(device_id, report)
+        self._schedule_tick()
+        return False
+
+    def _tell_flood(self, device_id: str, report: BurstReport) -> None:
+        limit = {"ratePerSecond": self.limits.rate, "burst": self.limits.burst}
+        self.notices.fact("device.flooding", device_id, {"phase": report.phase, "dropped": report.dropped,
+                                                         "droppedInBurst": report.total, "limit": limit,
+                                                         "kinds": list(LIMITED)})
+        what = f"{'/'.join(LIMITED)} messages from device {device_id}"
+        self.notices.post_for(device_id, "Flooding", "Drop", report.words(what) +
+                              f" (limit {self.limits.rate:g}/s, burst {self.limits.burst})", "Warning")
+        if report.phase == "started":
+            log.warning("device %s is over its message limit (%g/s, burst %d): dropping and counting", device_id,
+                        self.limits.rate, self.limits.burst)
+        elif report.phase == "ended":
+            log.warning("device %s is back under its message limit; %d message(s) dropped in the burst", device_id,
+                        report.total)
+
+    def _schedule_tick(self) -> None:
+        when = self.limits.next_tick()
+        if when is None or (self._tick is not None and self._tick.when() <= self._loop_time(when)):
+            return
+        if self._tick is not None:
+            self._tick.cancel()
+        delay = max(0.0, when - time.monotonic())
+        self._tick = asyncio.get_running_loop().call_later(delay, self._on_tick)
+
+    @staticmethod
+    def _loop_time(monotonic: float) -> float:
+        """A time.monotonic() instant on the loop's clock (the same clock on Linux, but not promised)."""
+        return asyncio.get_running_loop().time() + (monotonic - time.monotonic())
+
+    def _on_tick(self) -> None:
+        self._tick = None
+        for device_id, report in self.limits.tick(time.monotonic()):
+            self._tell_flood(device_id, report)
+        self._schedule_tick()
+
+    def close(self) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
 
     def adopt(self, device_id: str) -> None:
         """A Device now binds this id: take in what the device said before (its retained info and status)."""
