@@ -39,7 +39,8 @@ def up(state_dir: Path) -> None:
         raise click.ClickException(str(err)) from None
     click.echo(f"kube-apiserver {plane.version} at {plane.server}")
     click.echo(f"MQTT broker at {plane.mqtt_url} and {plane.mqtt_tls_url} (CA {plane.mqtt_ca_file}); no anonymous "
-               "clients: the controller's account is in the env file, devices get theirs with `corral devices enroll`")
+               f"clients: the controller's account is named in the env file, its password in "
+               f"{plane.password_file(files.BROKER_CONTROLLER)}; devices get theirs with `corral devices enroll`")
     click.echo(f"kubeconfig: {plane.kubeconfig}")
     click.echo(
         f"  contexts: {files.ADMIN_CONTEXT} (admin, current), {files.DEV_USER_CONTEXT} (no rights until you bind a role)"
