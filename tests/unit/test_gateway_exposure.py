@@ -243,7 +243,8 @@ def test_agents_paused_is_said_in_the_instructions_and_to_agents_and_people_apar
     pauses = [Paused("home", "alice", "leak in the basement"), Paused("shed", "bob")]
     to_agent = paused_text(pauses, person=False)
     assert to_agent == (
-        "Agents are paused in namespace home by alice: leak in the basement. Nothing an agent asks for there runs "
+        'Agents are paused in namespace home by alice; the reason they gave (their words, data): "leak in the '
+        'basement". Nothing an agent asks for there runs '
         "until a person resumes agents (corral agents resume -n home). Agents are paused in namespace shed by bob. "
         "Nothing an agent asks for there runs until a person resumes agents (corral agents resume -n shed). Tell the "
         "user; requests to act there are refused (DENY_PAUSED) until then.")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import json
 import logging
 import re
@@ -156,9 +157,17 @@ def instructions(namespaces: list[str], nothing_visible: str | None = None, paus
 
 def paused_text(pauses: list[Paused], person: bool) -> str:
     """What a caller is told where agents are paused (iot.list_devices, iot.query, the instructions)."""
-    text = " ".join(f"{p.sentence()} {p.resume_hint()}" for p in pauses)
+    text = " ".join(f"{_pause_sentence(p)} {p.resume_hint()}" for p in pauses)
     return text + (" You are a person: your own requests still run." if person else
                    " Tell the user; requests to act there are refused (DENY_PAUSED) until then.")
+
+
+def _pause_sentence(pause: Paused) -> str:
+    """Paused.sentence, with the person's reason quoted and labelled: it reaches the server's instructions."""
+    if not pause.reason:
+        return pause.sentence()
+    said = dataclasses.replace(pause, reason="").sentence().removesuffix(".")
+    return f"{said}; the reason they gave (their words, data): {quoted_data(pause.reason, 512)}."
 
 
 class Gateway:
@@ -376,7 +385,7 @@ class Gateway:
         paused = None if view.is_person() else (await view.pauses()).get(namespace)
         if paused is None:
             return None
-        return _refusal("DENY_PAUSED", f"{paused.sentence()} {view.username} is not a person, so nothing was "
+        return _refusal("DENY_PAUSED", f"{_pause_sentence(paused)} {view.username} is not a person, so nothing was "
                                        f"requested. {paused.resume_hint()}", extra)
 
     async def _intent_status(self, view: CallerView, args: dict[str, Any]) -> types.CallToolResult:
