@@ -5,6 +5,7 @@ accounts of enrolled devices may not do is tests/integration/test_device_trust.p
 
 from __future__ import annotations
 
+import json
 import queue
 import uuid
 from collections.abc import Iterator
@@ -12,7 +13,9 @@ from collections.abc import Iterator
 import paho.mqtt.client as mqtt
 import pytest
 
+from corral.devcluster.files import MAX_PACKET_SIZE
 from corral.devcluster.plane import Plane
+from corral_sim.catalog import contract_for, device_types
 from tests.broker_harness import observer
 
 pytestmark = pytest.mark.integration
@@ -87,3 +90,30 @@ def test_last_will_is_published_when_a_device_vanishes(plane: Plane, prefix: str
     finally:
         watcher.loop_stop()
         watcher.disconnect()
+
+
+def test_a_packet_over_the_brokers_limit_disconnects_its_sender_while_the_largest_contract_passes(
+        plane: Plane, prefix: str) -> None:
+    """max_packet_size (devcluster.files.MAX_PACKET_SIZE, 256 KiB): a device cannot make the broker take a
+    packet bigger than any contract needs. The catalog's largest contract, padded to 64 KiB (the most the
+    controller reads), still passes."""
+    largest = max((contract_for(t) for t in device_types()), key=lambda c: len(json.dumps(c)))
+    contract = json.dumps({**largest, "device_id": "dev1", "padding": "x" * (64 * 1024 - len(json.dumps(largest))
+                                                                             - 40)}).encode()
+    subscriber = _connected(plane, "sub")
+    sender = _connected(plane, "big")
+    gone = queue.Queue[object]()
+    sender.on_disconnect = lambda _c, _u, _f, reason, _p: gone.put(reason)
+    try:
+        inbox = _inbox(subscriber, f"{prefix}/+/info")
+        sender.publish(f"{prefix}/dev1/info", contract, qos=1).wait_for_publish(5)
+        assert inbox.get(timeout=5).payload == contract
+        assert gone.empty()
+        sender.publish(f"{prefix}/dev1/info", b"x" * (MAX_PACKET_SIZE + 1), qos=1)
+        assert gone.get(timeout=5) is not None, "the broker cut the sender off"
+        subscriber.publish(f"{prefix}/dev2/info", b"after", qos=1).wait_for_publish(5)
+        assert inbox.get(timeout=5).payload == b"after", "nothing of the oversized packet reached anyone"
+    finally:
+        for c in (subscriber, sender):
+            c.loop_stop()
+            c.disconnect()
