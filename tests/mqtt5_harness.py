@@ -147,13 +147,16 @@ class PlayedDevice:
     def _on_command(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
         command = json.loads(message.payload)
         self.commands.append(command)
-        if self.error is None and command.get("action") != "read" and command.get("actuator"):
-            self.state[command["actuator"]] = command.get("value")
+        params = command.get("params") or {}
+        if self.error is None and command.get("cmd") != "get_state" and params.get("actuator"):
+            self.state[params["actuator"]] = params.get("value")
         ack = {"id": command.get("id"), "ok": self.error is None, "error": self.error, "state": self.state}
         self.mqtt.client.publish(self.topic("ack"), json.dumps(ack), qos=1)
 
     def sets(self) -> list[tuple[str, Any]]:
-        return [(c["actuator"], c.get("value")) for c in self.commands if c.get("action") not in (None, "read")]
+        """(actuator, value) of every command that sets something, as the controller sends them (docs/protocol.md)."""
+        return [(c["params"]["actuator"], c["params"].get("value")) for c in self.commands
+                if c.get("cmd") not in (None, "get_state") and (c.get("params") or {}).get("actuator")]
 
     def close(self) -> None:
         self.mqtt.close()

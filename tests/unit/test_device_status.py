@@ -4,13 +4,17 @@ with an Intent's pinned command."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from corral.api.device import DeviceStatus
 from corral.contract.model import Contract, Sensor
+from corral.contract.trust import judge
 from corral.devices.plan import PinnedCommand, plan
 from corral.devices.telemetry import Coalescing, Reading
 from corral.reconcile.cache import DeviceCache, ObjectCache
-from corral.reconcile.runtime import StatusMemory
+from corral.reconcile.config import ControllerConfig
+from corral.reconcile.device import DeviceReconciler
+from corral.reconcile.runtime import DeviceRuntime, StatusMemory
 from corral.reconcile.status import (
     Observed,
     Verdict,
@@ -184,3 +188,27 @@ def test_a_target_held_for_someone_elses_lease_is_said_and_the_condition_ends_wi
     assert conditions(ended)["Leased"] == ("False", "LeaseEnded") and ended.in_sync is True
     assert conditions(device_status(observed(), ended, T0 + timedelta(seconds=9)))["Leased"] == ("False", "LeaseEnded")
     assert "Leased" not in conditions(device_status(observed(), None, T0))  # never leased: no such condition
+
+
+def test_a_gone_accepted_contract_or_one_refused_mid_command_is_a_condition_not_a_crash() -> None:
+    """Finding 5's AssertionError: the Device trusted a Capability that was deleted, or the contract was refused
+    while a command was out. Each is said on the Device, with a reason and a message."""
+    verdict = judge(LIGHT, "corral-light-new", None, "corral-light-old", None, check_versions=True)
+    assert (verdict.accepted, verdict.hold_reason) == ("corral-light-old", "AcceptedContractGone")
+    held = device_status(observed(capability="corral-light-new", accepted_capability="corral-light-old",
+                                  hold=verdict.hold, hold_reason=verdict.hold_reason), None, T0)
+    reason, message = next((c.reason, c.message) for c in held.conditions if c.type == "ContractAccepted")
+    assert reason == "AcceptedContractGone" and "Capability corral-light-old) is gone" in message, message
+    assert conditions(held)["InSync"] == ("False", "ContractHold")
+
+    nothing: Any = None
+    reconciler = DeviceReconciler(ControllerConfig(mqtt_url="mqtt://127.0.0.1:1883"), nothing, nothing, nothing,
+                                  nothing, nothing, nothing, nothing, nothing)
+    rt = DeviceRuntime("lamp", contract=None, contract_error="contract version 1 is older than the accepted version 2")
+    device = {"metadata": {"name": "lamp", "namespace": "home", "uid": "u1", "generation": 2},
+              "spec": {"deviceId": "lamp", "target": {"power": True}}, "status": {}}
+    result = reconciler._plan(rt, device, [])  # what drive planned after the command, once the contract was refused
+    assert result.commands == []
+    refused = reconciler._status(rt, device, result)
+    assert conditions(refused)["ContractValid"] == ("False", "Refused")
+    assert "older than the accepted version 2" in next(c.message for c in refused.conditions if c.type == "Ready")

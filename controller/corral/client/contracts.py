@@ -56,8 +56,9 @@ def accept(api_client: kubernetes.client.ApiClient, namespace: str, name: str,
         raise AcceptError(f"Device {name} is not held: it is trusted with the contract it announces "
                           f"({status.get('acceptedCapability') or status.get('capability') or 'none yet'})")
     if capability is not None and capability != waiting.announced:
-        raise AcceptError(f"Device {name} now announces Capability {waiting.announced}, not {capability}: look at it "
-                          f"(kubectl get capability {waiting.announced} -o yaml) and accept that one")
+        raise AcceptError(f"Device {name} now announces Capability {waiting.announced}, not {capability}: read what "
+                          f"changed (its ContractAccepted condition: kubectl describe device {name}) and accept that "
+                          "one (the Capability itself is made once it is accepted)")
     patch = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": name},
              "spec": {"acceptCapability": waiting.announced}}
     objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, "devices", name, patch,

@@ -154,6 +154,9 @@ class Acceptance:
     accepted: str | None  # the Capability it trusts (None: nothing, the contract is refused)
     hold: tuple[str, ...] = ()  # why the announced contract waits for a person; empty: not held
     refused: str | None = None  # why the announced contract is refused outright
+    # The condition's reason while held: a change to judge, or an accepted contract that is gone (deleted by
+    # hand, or collected), so there is nothing to judge the announced one against.
+    hold_reason: str = "ChangeNeedsAcceptance"
 
 
 def judge(announced: Contract, announced_name: str, accepted: Contract | None, accepted_name: str | None,
@@ -170,6 +173,7 @@ def judge(announced: Contract, announced_name: str, accepted: Contract | None, a
         return Acceptance(announced_name)
     if accepted is None:
         return Acceptance(accepted_name, hold=(f"the accepted contract (Capability {accepted_name}) is gone, so the "
-                                               "announced one cannot be compared with it",))
+                                               "announced one cannot be compared with it",),
+                          hold_reason="AcceptedContractGone")
     reasons = widenings(accepted, announced)
     return Acceptance(accepted_name, hold=tuple(reasons)) if reasons else Acceptance(announced_name)

@@ -1,14 +1,19 @@
-"""The cluster's Capabilities as the controller keeps them: made once per contract, collected when unused.
+"""The cluster's Capabilities as the controller keeps them: made once per accepted contract, collected when unused.
 
-A Capability is made when a device first announces its contract (content-addressed, so identical devices
-share one). The controller remembers every Capability it has seen, because a Device's accepted contract is
-the Capability named in its `status.acceptedCapability`: after a restart that is what a changed contract
-is compared with (`contract.trust`).
+A Capability is made when a Device is trusted with a contract: its first one after enrollment, a later one
+that asks for no more trust, or one a person accepted (`contract.trust`). A contract that waits for a person
+is named in `status.capability` but gets no object until it is accepted, so a device that re-announces a
+changed contract over and over mints nothing cluster-wide. Content-addressed, so identical devices share
+one. The controller remembers every Capability it has seen, because a Device's accepted contract is the
+Capability named in its `status.acceptedCapability`: after a restart that is what a changed contract is
+compared with. One deleted while a Device trusts it is made again from the device's contract.
 
 Collection: a Capability that no Device names (as `capability` or `acceptedCapability`) for `grace`
 seconds, and that is older than that, is deleted, with a precondition on the version the controller saw.
-Only a controller that watches every namespace can know that no Device uses one; one that watches some
-namespaces leaves Capabilities alone (Capabilities are cluster-scoped).
+Capabilities are cluster-scoped, so only a controller that sees every Device may say one is unused: one that
+watches every namespace has them all in its cache; one that watches some namespaces lists Devices in all
+namespaces for each round, and collects nothing (saying so once) when RBAC does not let it (the chart's
+namespaced mode grants no such list).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pydantic import ValidationError
 from corral.api.capability import CapabilitySpec
 from corral.api.codes import API_VERSION
 from corral.audit.events import EventRecorder, ObjectRef
+from corral.client.asyncapi import ApiError
 from corral.contract.model import Contract
 from corral.reconcile.cache import Body, DeviceCache
 from corral.reconcile.kube import Kube
@@ -34,13 +40,14 @@ log = logging.getLogger(__name__)
 
 class Capabilities:
     def __init__(self, kube: Kube, recorder: EventRecorder, devices: DeviceCache, grace_s: float,
-                 collect: bool, announced: Callable[[], set[str]] = set) -> None:
+                 sees_every_namespace: bool, announced: Callable[[], set[str]] = set) -> None:
         self.kube = kube
         self.announced = announced  # what devices announced and judged, before any status names it
         self.recorder = recorder
         self.devices = devices
         self.grace_s = grace_s
-        self.collect = collect
+        self.sees_every_namespace = sees_every_namespace  # else each round lists Devices in all namespaces
+        self.collecting = True  # False once RBAC refused that list: said once, tried again each round
         self._specs: dict[str, CapabilitySpec] = {}
         self._seen: dict[str, Body] = {}  # name -> the object as last listed (for the delete precondition)
         self._unused_since: dict[str, float] = {}
@@ -64,7 +71,7 @@ class Capabilities:
                 "spec": spec.model_dump(mode="json", exclude_none=True)}
         if await self.kube.create_capability(body):
             self.recorder.post(ObjectRef(API_VERSION, "Capability", name, None, None), "Created", "Register",
-                               f"Contract of {contract.model} {contract.fw} first announced by {device_id}")
+                               f"Contract of {contract.model} {contract.fw}, trusted for device {device_id}")
         self._specs[name] = spec
 
     def _remember(self, body: Body) -> None:
@@ -79,8 +86,7 @@ class Capabilities:
     # ---- collection -----------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self.collect:
-            self._task = asyncio.create_task(self._run(), name="corral-capability-gc")
+        self._task = asyncio.create_task(self._run(), name="corral-capability-gc")
 
     async def stop(self) -> None:
         await cancel_all([self._task])
@@ -95,9 +101,25 @@ class Capabilities:
             except Exception as err:  # noqa: BLE001 - the API server was away: next round
                 log.warning("collecting unused Capabilities failed: %s", err)
 
-    def in_use(self) -> set[str]:
+    async def in_use(self) -> set[str] | None:
+        """Every Capability a Device names, or None when this controller cannot see every Device."""
         used = set(self.announced())
-        for _, body in self.devices.items():
+        if self.sees_every_namespace:
+            bodies = [body for _, body in self.devices.items()]
+        else:
+            try:
+                bodies = await self.kube.list_objects("devices", ())
+            except ApiError as err:
+                if err.status not in (401, 403):
+                    raise
+                if self.collecting:
+                    log.warning("not collecting unused Capabilities: this controller watches some namespaces and "
+                                "may not list Devices in all of them (%s), so it cannot know that no Device uses one",
+                                err.message)
+                self.collecting = False
+                return None
+            self.collecting = True
+        for body in bodies:
             status = body.get("status") or {}
             used.update(name for name in (status.get("capability"), status.get("acceptedCapability")) if name)
         return used
@@ -109,8 +131,11 @@ class Capabilities:
         for body in listed:
             self._remember(body)
         for gone in set(self._specs) - set(self._seen):
-            self._specs.pop(gone, None)  # deleted by someone else
-        used, now, deleted = self.in_use(), time.monotonic(), []
+            self._specs.pop(gone, None)  # deleted by someone else: made again if a Device trusts it
+        used = await self.in_use()
+        if used is None:
+            return []
+        now, deleted = time.monotonic(), []
         for name, body in list(self._seen.items()):
             if name in used:
                 self._unused_since.pop(name, None)

@@ -86,7 +86,8 @@ class Controller:
         notices = DeviceNotices(recorder, self.devices, self.audit)
         # Capabilities are cluster-scoped: only a controller that sees every Device may say one is unused.
         self.capabilities = Capabilities(kube, recorder, self.devices, config.capability_grace_s,
-                                         collect=not config.watch_namespaces, announced=self._announced_capabilities)
+                                         sees_every_namespace=not config.watch_namespaces,
+                                         announced=self._announced_capabilities)
         trust = ContractTrust(self.capabilities, self.devices, config.risk_floors,
                               check_versions=config.require_signatures)
         self.ingest = Ingest(topics, self.fleet, self.queue, self.driver, notices, config.coalescing,

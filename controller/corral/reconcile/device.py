@@ -225,7 +225,10 @@ class DeviceReconciler:
         return dataclasses.replace(result, commands=keep), tuple(held)
 
     def _plan(self, rt: DeviceRuntime, body: Body, pins: list[Pin]) -> Plan:
-        assert rt.contract is not None
+        if rt.contract is None:
+            # Refused (ingest) while a command was out: nothing more is planned on it, and the status written
+            # next says why (condition ContractValid), instead of the reconcile failing.
+            return Plan()
         spec = body.get("spec") or {}
         generation, uid = _generation(body) or 1, body["metadata"]["uid"]
         epoch = self._epoch(rt, body)
@@ -398,6 +401,7 @@ class DeviceReconciler:
             accepted_capability=(rt.accepted_capability if rt.accepted_for == body["metadata"].get("uid")
                                  else previous.accepted_capability if previous is not None else None),
             hold=rt.hold if accepted else (),
+            hold_reason=rt.hold_reason or "ChangeNeedsAcceptance",
             device=body["metadata"]["name"],
             contract_error=rt.contract_error,
             reported=rt.reported,
@@ -450,10 +454,13 @@ class DeviceReconciler:
                               fact=("contract.refused", {"capability": rt.capability, "why": refused}))
             await self._write(rt, body, self._status(rt, body, None), "contract")
             return False
-        if not rt.capability_ensured:
+        if not rt.hold:
+            # Only an accepted contract gets a Capability (a held one is named in status.capability and waits);
+            # made again if it was deleted while the Device trusts it.
             await self.trust.capabilities.ensure(rt.capability, rt.contract, rt.device_id)
+        if not rt.capability_ensured and not rt.hold:
             rt.capability_ensured = True
-            if not rt.hold and f"contract/{rt.capability}" not in rt.announced:
+            if f"contract/{rt.capability}" not in rt.announced:
                 rt.announced.add(f"contract/{rt.capability}")  # once per controller run
                 self.notices.fact("contract.in_force", body, {"capability": rt.capability,
                                                               "version": rt.contract.version})
@@ -465,7 +472,10 @@ class DeviceReconciler:
                                   note, "Warning")
         name = body["metadata"]["name"]
         if rt.hold:
-            self.notices.once(rt, body, f"hold/{rt.capability}", "ContractHeld", "Hold",
+            # One Event and record per accepted contract while held, not per announcement: a device re-announcing
+            # changed contracts cannot flood them (each change is on record as contract.changed; the condition
+            # always names the latest).
+            self.notices.once(rt, body, f"hold/{rt.accepted_capability}", "ContractHeld", "Hold",
                               f"The device announced a contract (Capability {rt.capability}) that asks for more trust "
                               f"than the accepted one ({rt.accepted_capability}): {'; '.join(rt.hold)}. Nothing is "
                               f"sent to it and its Intents wait until a person accepts it (corral devices "

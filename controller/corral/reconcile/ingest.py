@@ -192,8 +192,9 @@ class Ingest:
             changes = contract_diff(previous, contract)
             self.notices.fact("contract.changed", rt.device_id, {"from": capability_name(previous),
                                                                  "to": rt.capability, "changes": changes})
-            self.notices.post_for(rt.device_id, "ContractChanged", "Observe",
-                                  "The device announced a changed contract: " + "; ".join(changes))
+            if not rt.hold:  # a held change is told by ContractHeld (once) and the condition (always the latest)
+                self.notices.post_for(rt.device_id, "ContractChanged", "Observe",
+                                      "The device announced a changed contract: " + "; ".join(changes))
         self.queue.add(rt.device_id)
 
     def _status_of_new_device(self, rt: DeviceRuntime, payload: bytes) -> None:

@@ -45,6 +45,7 @@ class DeviceRuntime:
     accepted_capability: str | None = None
     accepted_for: str | None = None
     hold: tuple[str, ...] = ()
+    hold_reason: str = ""  # the ContractAccepted condition's reason while held (contract.trust.Acceptance)
     online: bool | None = None
     last_seen: datetime | None = None
     reported: dict[str, Any] = field(default_factory=dict)

@@ -53,6 +53,7 @@ class Observed:
     verdict: Verdict | None  # None: not planned yet
     accepted_capability: str | None = None  # the Capability the controller trusts (contract.trust)
     hold: tuple[str, ...] = ()  # why the announced contract waits for a person
+    hold_reason: str = "ChangeNeedsAcceptance"  # the ContractAccepted condition's reason while held
     device: str = ""  # the Device's name, for what people are told to run
     interlocks: tuple[GuardingInterlock, ...] = ()  # the rules that guard the device
     interlocked: tuple[InterlockedTarget, ...] = ()  # targets an interlock forbade: not driven
@@ -111,7 +112,7 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
             message = (f"The announced contract (Capability {observed.capability}) asks for more trust than the "
                        f"accepted one ({observed.accepted_capability}): {'; '.join(observed.hold)}. Nothing is sent "
                        f"and Intents wait until a person accepts it: corral devices accept-contract {observed.device}.")
-            wanted.append(Wanted("ContractAccepted", "False", "ChangeNeedsAcceptance", message, generation))
+            wanted.append(Wanted("ContractAccepted", "False", observed.hold_reason, message, generation))
             verdict = Verdict(False, "ContractHold", "Held until a person accepts the changed contract.")
         else:
             wanted.append(Wanted("ContractAccepted", "True", "Accepted",

@@ -37,7 +37,7 @@ class ContractTrust:
                         self.check_versions)
         if verdict.refused is not None:
             return verdict.refused
-        rt.accepted_capability, rt.hold = verdict.accepted, verdict.hold
+        rt.accepted_capability, rt.hold, rt.hold_reason = verdict.accepted, verdict.hold, verdict.hold_reason
         return None
 
     def effective(self, contract: Contract, body: Body) -> Contract:
