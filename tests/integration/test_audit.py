@@ -156,6 +156,7 @@ def test_every_intent_has_exactly_one_decision_record_that_says_what_the_intent_
         assert (data.get("before"), data.get("after")) == (status.get("before"), status.get("after")), name
         assert data["requester"] == intent["spec"]["requester"] and data["params"] == intent["spec"].get("params")
         assert found[0].subject == f"{ns}/{name}"
+        assert status["audit"]["seq"] == found[0].seq, f"Intent {name} cites another record than its decision"
     mine = {uid for uid, found in records.items() if found[0].subject.startswith(f"{ns}/mix-")}
     assert mine == {i["metadata"]["uid"] for i in intents.values()}
     executed = [r for uid in mine for r in records[uid] if r.data["code"] == "EXECUTED"]
@@ -240,6 +241,62 @@ def test_a_decision_on_disk_but_not_yet_in_status_is_restored_not_made_again(aud
     uid = created["metadata"]["uid"]
     assert [r.kind for r in audited.records() if r.uid == uid] == ["intent.decided"]  # not judged again
     assert hardware(audited, "lamp-a").get("power") == power
+
+
+def test_a_tail_cut_after_the_newest_checkpoint_fails_verification_against_the_cluster(
+        audited: Audited, tmp_path: Path) -> None:
+    """Finding 10: cutting the records written since the newest checkpoint left a valid chain that verified OK.
+    Every Intent's final status cites its decision record, and `--against-cluster` holds the log to them."""
+    ns = audited.namespace
+    checkpoint = tmp_path / "checkpoint.json"
+    newest = wait_for(lambda: checkpoint_spec(audited), "a checkpoint published")
+    checkpoint.write_text(json.dumps(newest))
+    spec = {"device": "lamp-b", "actuator": "power", "action": "set_state", "params": {"value": True},
+            "reason": "audit test", "requester": f"system:serviceaccount:{ns}:operator"}
+    assert submit(audited.operator, ns, "after-checkpoint", spec).code == "CREATED"
+    final = wait_for(lambda: (s := audited.intents("after-checkpoint")["after-checkpoint"].get("status") or {})
+                     .get("phase") in FINAL_PHASES and s, "the Intent decided")
+    assert final["audit"]["seq"] > newest["seq"], "decided before the checkpoint: nothing to cut"
+    untouched, cut = tmp_path / "untouched", tmp_path / "cut"
+    copy_log(audited.controller.audit_dir, untouched, None)
+    copy_log(audited.controller.audit_dir, cut, newest["seq"])  # the attack: every record after the checkpoint
+
+    def verify(directory: Path, *extra: str) -> Any:
+        return CliRunner().invoke(cli, ["audit", "verify", "--file", str(directory), "--key",
+                                        str(audited.controller.audit_dir / "controller.pub.pem"), "--checkpoint",
+                                        str(checkpoint), "--kubeconfig", str(audited.plane.kubeconfig), *extra])
+
+    before = verify(cut)  # what the attack got before: the checkpoint alone cannot see the cut
+    assert before.exit_code == 0 and "OK:" in before.output, before.output
+    caught = verify(cut, "--against-cluster", "-n", ns)
+    assert caught.exit_code == 1, caught.output
+    assert (f"Intent {ns}/after-checkpoint cites its decision at seq {final['audit']['seq']}" in caught.output
+            and f"but the log ends at seq {newest['seq']}" in caught.output), caught.output
+    control = verify(untouched, "--against-cluster", "-n", ns)  # the positive control: the whole log
+    assert control.exit_code == 0, control.output
+    assert "decisions of" in control.output and "as their status cites them" in control.output, control.output
+
+
+def checkpoint_spec(audited: Audited) -> dict[str, Any] | None:
+    try:
+        body = kubernetes.client.CustomObjectsApi(audited.admin).get_namespaced_custom_object(
+            GROUP, VERSION, audited.namespace, "auditcheckpoints", "corral-controller")
+    except kubernetes.client.ApiException:
+        return None
+    spec = body.get("spec") or {}
+    return spec if spec.get("seq") else None
+
+
+def copy_log(source: Path, target: Path, up_to_seq: int | None) -> None:
+    """A copy of a live log's files, whole lines only; with up_to_seq, nothing after that record."""
+    target.mkdir()
+    for path in log_files(source):
+        data = path.read_bytes()
+        lines = data[:data.rfind(b"\n") + 1].splitlines()
+        if up_to_seq is not None:
+            lines = [line for line in lines if json.loads(line)["seq"] <= up_to_seq]
+        if lines:
+            (target / path.name).write_bytes(b"".join(line + b"\n" for line in lines))
 
 
 def test_a_log_that_cannot_be_written_stops_new_decisions_but_not_the_devices(audited: Audited) -> None:

@@ -130,6 +130,15 @@ class IntentSpec(KubeModel):
         return self
 
 
+class AuditCitation(KubeModel):
+    """Where the decision is in the controller's audit log: a client that saw it can prove it was not cut off."""
+
+    seq: int = Field(ge=1, description="The decision record's sequence number in the audit log.")
+    hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] = Field(
+        description="SHA-256 of the decision record's line; `corral audit verify --against-cluster` checks it."
+    )
+
+
 class IntentStatus(KubeModel):
     """The decision and its outcome; written only by the controller."""
 
@@ -177,6 +186,12 @@ class IntentStatus(KubeModel):
         default=None,
         description="For a dry run (phase DryRun): what the Intent would do: execute, await_approval, await_hold, "
                     "or final (its code in code).",
+    )
+    audit: AuditCitation | None = Field(
+        default=None,
+        description="With the final status: the seq and hash of the decision's record in the controller's audit "
+                    "log (intent.decided), written with that status. Truncating the log after the newest "
+                    "checkpoint cannot hide a decision a client has seen: the log no longer holds what this cites.",
     )
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
         default_factory=list,

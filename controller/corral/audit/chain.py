@@ -60,6 +60,11 @@ def digest(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
 
 
+def line_hash(record: AuditRecord) -> str:
+    """The SHA-256 of the record's line (its canonical form, as the verifier insists it is written)."""
+    return digest(canonical(record.model_dump(mode="json")))
+
+
 def _unsigned(record: AuditRecord) -> bytes:
     return canonical(record.model_dump(mode="json", exclude={"sig"}))
 

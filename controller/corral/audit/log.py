@@ -61,10 +61,20 @@ class Unwritable(OSError):
     """The audit log cannot be written: nothing that needs a record may happen meanwhile."""
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """Where a record landed: its seq and its line's SHA-256. An Intent's final status cites its decision
+    record so (status.audit), which closes the window between checkpoints: see `corral audit verify
+    --against-cluster`."""
+
+    seq: int
+    hash: str
+
+
 @dataclass
 class _Pending:
     record: dict[str, Any]
-    done: asyncio.Future[int] | None  # None: a noted fact, kept until it is written
+    done: asyncio.Future[Sealed] | None  # None: a noted fact, kept until it is written
 
 
 def read_records(directory: Path, since: datetime | None = None) -> Iterator[AuditRecord]:
@@ -94,7 +104,7 @@ class AuditLog:
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
-        self._probe: asyncio.Future[int] | None = None
+        self._probe: asyncio.Future[Sealed] | None = None
         self._soon: asyncio.TimerHandle | None = None
         self._lock: int | None = None
         self._fd: int | None = None  # the newest file, open for appending (in the writer's thread)
@@ -145,7 +155,12 @@ class AuditLog:
     async def append(self, kind: str, subject: str, data: Mapping[str, Any], *, uid: str | None = None,
                      trace: str | None = None, at: datetime | None = None) -> int:
         """Record a fact; returns its seq once it is on disk. Raises OSError when it could not be written."""
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        return (await self.seal(kind, subject, data, uid=uid, trace=trace, at=at)).seq
+
+    async def seal(self, kind: str, subject: str, data: Mapping[str, Any], *, uid: str | None = None,
+                   trace: str | None = None, at: datetime | None = None) -> Sealed:
+        """As `append`, and the record's line hash with its seq: what a status may cite."""
+        done: asyncio.Future[Sealed] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(_fact(kind, subject, data, uid, trace, at), done))
         self._kick()
         return await done
@@ -169,7 +184,7 @@ class AuditLog:
         if self.writable:
             return True
         if self._probe is None or self._probe.done():
-            self._probe = asyncio.ensure_future(self.append(RECOVERED, "audit", {"error": self.error}))
+            self._probe = asyncio.ensure_future(self.seal(RECOVERED, "audit", {"error": self.error}))
         try:
             await asyncio.shield(self._probe)
         except Unwritable:
@@ -207,13 +222,14 @@ class AuditLog:
                 # The outage on record, by the first batch that gets through.
                 batch.insert(0, _Pending(_fact(RECOVERED, "audit", {"error": self.error}, None, None, None), None))
             before = Chain(self.chain.seq, self.chain.head)
-            records, lines = [], []
+            records, lines, heads = [], [], []
             for p in batch:
                 record, line = self.chain.next_record(p.record["kind"], p.record["subject"], p.record["at"],
                                                       p.record["data"], self.key_name, self.key,
                                                       uid=p.record["uid"], trace=p.record["trace"])
                 records.append(record)
                 lines.append(line)
+                heads.append(self.chain.head)  # the hash of this very line
             try:
                 await asyncio.to_thread(self._write, lines)
             except OSError as err:
@@ -229,11 +245,11 @@ class AuditLog:
             if not self.writable:
                 log.warning("audit log %s is writable again", self._file)
             self.writable, self.lost, self.error = True, 0, ""
-            for pending, record in zip(batch, records, strict=True):
+            for pending, record, head in zip(batch, records, heads, strict=True):
                 for listener in self._listeners:
                     listener(record)
                 if pending.done is not None and not pending.done.done():
-                    pending.done.set_result(record.seq)
+                    pending.done.set_result(Sealed(record.seq, head))
 
     def _keep(self, noted: list[_Pending]) -> None:
         """Noted facts of a failed batch go first in line for the next write, at the latest a second from now."""

@@ -4,7 +4,9 @@
 asks the API server who you are (TokenReview) and whether you hold the `audit` verb (SubjectAccessReview).
 `--file DIR` reads a copy of the files (the PVC, `.corral/audit` on the local plane). `verify` holds the log
 to its newest checkpoint: a file (`--checkpoint`), or the AuditCheckpoint object the controller publishes
-(`--checkpoint-object NAMESPACE/NAME`), which someone with API access alone can trust.
+(`--checkpoint-object NAMESPACE/NAME`), which someone with API access alone can trust. With
+`--against-cluster` it also holds the log to every decision the cluster shows: each Intent's final status
+cites its decision record (status.audit), so a tail cut after the newest checkpoint is caught (audit.citations).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
-from corral.audit.chain import AuditRecord, Verified
+from corral.api.codes import GROUP, VERSION
+from corral.audit.chain import AuditRecord, Verified, digest
 from corral.audit.checkpoint import Checkpoint, retained_start, verify_log
+from corral.audit.citations import Citation, RetainedLog, check
 from corral.audit.keys import public_pem
 from corral.audit.log import log_files
 from corral.client.errors import api_message
@@ -147,13 +151,24 @@ def audit() -> None:
               help="The AuditCheckpoint object holding the newest checkpoint (read with the kubeconfig).")
 @click.option("--max-age", type=float, default=600.0, show_default=True,
               help="Seconds a checkpoint that is not final may be old (twice the controller's interval).")
+@click.option("--against-cluster", is_flag=True,
+              help="Also check that the log holds, with the same hash, the decision record every Intent's final "
+                   "status cites (status.audit): a cut since the newest checkpoint shows (read with the kubeconfig).")
+@click.option("--namespace", "-n", "namespaces", multiple=True,
+              help="--against-cluster: only Intents in this namespace (repeatable; default all): those of the "
+                   "controller whose log this is.")
 def verify(directory: Path | None, server: str | None, ca_file: str | None, token: str | None, kubeconfig: str | None,
            context: str | None, keys: tuple[Path, ...], checkpoint: Path | None, checkpoint_object: str | None,
-           max_age: float) -> None:
+           max_age: float, against_cluster: bool, namespaces: tuple[str, ...]) -> None:
     """Check every record's signature and link, across rotated files; name the first bad record."""
+    if namespaces and not against_cluster:
+        raise click.UsageError("--namespace narrows --against-cluster; give --against-cluster too")
     source = Source(directory, server, ca_file, token, kubeconfig, context)
     trusted = _keys(keys)
     newest = _checkpoint(checkpoint, checkpoint_object, kubeconfig, context)
+    # Listed before the log is read: each cited record was on disk before the status citing it was written,
+    # so a live log read afterwards holds them all.
+    citations = _citations(kubeconfig, context, namespaces) if against_cluster else []
     if source.directory is not None:
         pieces = [(path.name, path.read_bytes().splitlines()) for path in _files(source.directory)]
     else:
@@ -174,7 +189,45 @@ def verify(directory: Path | None, server: str | None, ca_file: str | None, toke
     covered = f", checkpoint {newest.number} covers seq {newest.seq}" if newest is not None else \
         " (no checkpoint given: a cut-off tail would not show)"
     where = f"{len(pieces)} file(s)" if source.directory is not None else source.server
-    click.echo(f"OK: {total} records in {where}, seq {first}-{start.seq}{retained}{covered}.")
+    cited = ""
+    if against_cluster:
+        hashes = [digest(line.rstrip(b"\n")) for _, lines in pieces for line in lines]
+        checked = check(citations, RetainedLog(first, hashes))
+        if not checked.ok:
+            shown = "\n".join(f"  {p}" for p in checked.problems[:20])
+            more = f"\n  ... and {len(checked.problems) - 20} more" if len(checked.problems) > 20 else ""
+            raise click.ClickException(f"the log does not hold {len(checked.problems)} decision(s) the cluster has "
+                                       f"seen (the chain up to seq {start.seq} is intact):\n{shown}{more}")
+        cited = (f"; the decisions of {checked.found} Intent(s) are in it as their status cites them"
+                 + (f" ({checked.older} older than the retained log)" if checked.older else ""))
+    click.echo(f"OK: {total} records in {where}, seq {first}-{start.seq}{retained}{covered}{cited}.")
+
+
+def _citations(kubeconfig: str | None, context: str | None, namespaces: tuple[str, ...]) -> list[Citation]:
+    """What every final Intent's status cites (status.audit), in the given namespaces or all of them."""
+    objects = kubernetes.client.CustomObjectsApi(_kube(kubeconfig, context))
+    found: list[Citation] = []
+    for namespace in namespaces or (None,):
+        token = None
+        while True:
+            try:
+                if namespace is None:
+                    page = objects.list_cluster_custom_object(GROUP, VERSION, "intents", limit=500, _continue=token)
+                else:
+                    page = objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "intents", limit=500,
+                                                                 _continue=token)
+            except kubernetes.client.ApiException as err:
+                raise click.ClickException(f"cannot list Intents{f' in {namespace}' if namespace else ''}: "
+                                           f"{err.status} {api_message(err)}") from None
+            for item in page.get("items") or []:
+                audit = (item.get("status") or {}).get("audit") or {}
+                if isinstance(audit.get("seq"), int) and isinstance(audit.get("hash"), str):
+                    meta = item["metadata"]
+                    found.append(Citation(f"{meta['namespace']}/{meta['name']}", audit["seq"], audit["hash"]))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return found
 
 
 def _checkpoint(path: Path | None, name: str | None, kubeconfig: str | None, context: str | None) -> Checkpoint | None:

@@ -36,10 +36,10 @@ from corral.api.approval import ApprovalStatus
 from corral.api.base import Condition
 from corral.api.codes import API_VERSION, CANCEL_ANNOTATION, FINAL_PHASES, DecisionCode, event_reason, phase_of
 from corral.api.intent import LEASE_ACTIONS, OVERLAY_ACTIONS, OVERLAY_VERB, IntentStatus
-from corral.audit.chain import AuditRecord
+from corral.audit.chain import AuditRecord, line_hash
 from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
 from corral.audit.events import EventRecorder, ObjectRef
-from corral.audit.log import AuditLog, Unwritable
+from corral.audit.log import AuditLog, Sealed, Unwritable
 from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check
 from corral.decide.approvals import ApprovalView, Refusal
@@ -300,8 +300,9 @@ class IntentReconciler:
             message = f"Dry run: it would wait: {decision.message} Nothing was executed."
         status = {**base, "phase": "DryRun", "code": code, "would": decision.outcome,
                   "message": message[:MESSAGE_LIMIT], "decided_at": datetime.now(UTC).replace(microsecond=0)}
-        await self._record(DECIDED, body, {"code": code, "message": status["message"], "dryRun": True,
-                                           "would": decision.outcome, **base})
+        sealed = await self._record(DECIDED, body, {"code": code, "message": status["message"], "dryRun": True,
+                                                    "would": decision.outcome, **base})
+        status["audit"] = _cited(sealed)
         written = await self._write(body, status, "dry-run")
         self._event(written, "DryRun", "Decide", f"{message} (requested by {body['spec']['requester']})",
                     "Normal", device_ref(view.body) if view is not None else None)
@@ -637,7 +638,7 @@ class IntentReconciler:
         status = {**{k: v for k, v in extra.items() if v is not None}, "phase": phase_of(code), "code": code,
                   "message": message[:MESSAGE_LIMIT], "decided_at": datetime.now(UTC).replace(microsecond=0)}
         previous = body.get("status") or {}
-        await self._record(DECIDED, body, {
+        sealed = await self._record(DECIDED, body, {
             "code": code, "message": status["message"], "before": status.get("before", previous.get("before")),
             "after": status.get("after"), "risk": status.get("risk", previous.get("risk")),
             "level": status.get("level", previous.get("level")),
@@ -646,6 +647,7 @@ class IntentReconciler:
             **({"deviceError": status["device_error"]} if "device_error" in status else {}),
             "approvers": self._approvers(body["metadata"]["namespace"],
                                          [n for n in (previous.get("approval") or "").split(",") if n])})
+        status["audit"] = _cited(sealed)  # with the final status write, not one of its own
         return await self._announce(await self._write(body, status, "final"), view, code, message)
 
     async def _announce(self, body: Body, view: DeviceView | None, code: DecisionCode, message: str) -> Result:
@@ -663,14 +665,15 @@ class IntentReconciler:
         data = recorded.data
         if data.get("dryRun"):
             await self._write(body, {"phase": "DryRun", "code": data.get("code"), "would": data.get("would"),
-                                     "message": data["message"], "decided_at": recorded.at.replace(microsecond=0)},
-                              "restored")
+                                     "message": data["message"], "decided_at": recorded.at.replace(microsecond=0),
+                                     "audit": _cited(Sealed(recorded.seq, line_hash(recorded)))}, "restored")
             return Result.after(DRY_RUN_TTL.total_seconds())
         status = {"phase": phase_of(data["code"]), "code": data["code"], "message": data["message"],
                   "before": data.get("before"), "after": data.get("after"), "risk": data.get("risk"),
                   "level": data.get("level"), "params_hash": data.get("paramsHash"),
                   "command_id": data.get("commandId"), "device_error": data.get("deviceError"),
-                  "decided_at": recorded.at.replace(microsecond=0)}
+                  "decided_at": recorded.at.replace(microsecond=0),
+                  "audit": _cited(Sealed(recorded.seq, line_hash(recorded)))}
         log.info("Intent %s: its decision (audit seq %d) is restored from the audit log", _name(body), recorded.seq)
         written = await self._write(body, {k: v for k, v in status.items() if v is not None}, "restored")
         return await self._announce(written, view, data["code"], data["message"])
@@ -679,13 +682,13 @@ class IntentReconciler:
         return [((self.approvals.get((namespace, name)) or {}).get("spec") or {}).get("approver", "?")
                 for name in approvals]
 
-    async def _record(self, kind: str, body: Body, data: dict[str, Any]) -> None:
-        """On disk before anything reveals it; Unwritable when it cannot be."""
+    async def _record(self, kind: str, body: Body, data: dict[str, Any]) -> Sealed:
+        """On disk before anything reveals it; Unwritable when it cannot be. Where it landed, to cite."""
         meta, spec = body["metadata"], body["spec"]
         facts = {"device": spec["device"], "action": spec["action"], "actuator": spec["actuator"],
                  "params": spec.get("params"), "requester": spec["requester"], "reason": spec.get("reason", ""),
                  "basedOn": spec.get("basedOn") or [], **data}
-        await self.audit.append(kind, _name(body), facts, uid=meta["uid"],
+        return await self.audit.seal(kind, _name(body), facts, uid=meta["uid"],
                                      trace=tracing.trace_id_of(self.traces.of(body)))
 
     async def _wait_for_audit(self, key: Key) -> Result:
@@ -749,6 +752,11 @@ class IntentReconciler:
         meta = body["metadata"]
         self.recorder.post(ObjectRef(API_VERSION, "Intent", meta["name"], meta["namespace"], meta.get("uid")),
                            reason, action, note, type_, related)
+
+
+def _cited(sealed: Sealed) -> dict[str, Any]:
+    """status.audit: the decision record a client that sees this status can hold the log to."""
+    return {"seq": sealed.seq, "hash": sealed.hash}
 
 
 def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFacts]:
