@@ -468,8 +468,7 @@ def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Install
     assert "listener 1883" not in config, "plain MQTT is opt-in (mosquitto.plainListener)"
     assert "max_packet_size 262144" in config
     pod_files = tmp_path / "controller-pod"
-    done = run_init_container(init_of(docs), pod_files, installed.plane.kubeconfig)
-    assert done.returncode == 0, done.stderr
+    run_init_container(init_of(docs), pod_files, installed.plane.kubeconfig)
     core = kubernetes.client.CoreV1Api(installed.admin)
 
     def secret(name: str) -> dict[str, bytes]:
@@ -563,11 +562,12 @@ class Installed:
     pod_files: Path  # where the controller pod's init container wrote its files (its memory volumes)
 
 
-def run_init_container(args: list[str], root: Path, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    """`corral secrets ensure` with a rendered init container's arguments, its files written under `root`."""
+def run_init_container(args: list[str], root: Path, kubeconfig: Path) -> None:
+    """`corral secrets ensure` with a rendered init container's arguments (in this process: a Python start less),
+    its files written under `root`."""
     local = [arg.replace("=/etc/corral/", f"={root}/etc/corral/") for arg in args]
-    return subprocess.run([CORRAL, *local], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = CliRunner().invoke(cli, [*local[:2], "--kubeconfig", str(kubeconfig), *local[2:]])
+    assert done.exit_code == 0, done.output
 
 
 @pytest.fixture(scope="module")
@@ -589,8 +589,7 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         kubeconfig = kubeconfig_for(plane, token, state / "controller.kubeconfig", SYSTEM)
         # The controller pod's first step, as its ServiceAccount: make the keys, certificates and passwords.
         wait_until_allowed(api_client(plane, token=token), "create", SYSTEM, "secrets", group="")
-        done = run_init_container(init_of(manifest), state / "pod", kubeconfig)
-        assert done.returncode == 0, done.stderr
+        run_init_container(init_of(manifest), state / "pod", kubeconfig)
         yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]), manifest, state / "pod")
     finally:
         dev.down(purge=True)
@@ -641,8 +640,7 @@ def test_the_init_container_makes_the_secrets_with_only_the_chart_rbac(installed
     assert (installed.pod_files / "etc/corral/audit-keys/controller.pem").stat().st_mode & 0o777 == 0o600
     # Again, as at every start: nothing is written.
     versions = [keys.metadata.resource_version, serving.metadata.resource_version]
-    again = run_init_container(init_of(installed.manifest), installed.pod_files, installed.controller_kubeconfig)
-    assert again.returncode == 0, again.stderr
+    run_init_container(init_of(installed.manifest), installed.pod_files, installed.controller_kubeconfig)
     assert [core.read_namespaced_secret(n, SYSTEM).metadata.resource_version
             for n in (f"{RELEASE}-audit-keys", f"{RELEASE}-controller-serving")] == versions
     # Least privilege: by name, its own Secrets only.
