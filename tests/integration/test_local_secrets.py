@@ -118,10 +118,12 @@ def test_the_controllers_broker_account_commands_devices_but_cannot_speak_as_one
             assert granted == [1, 0x87], "it hears devices' acks, not every topic (0x87: not authorized)"
             # A device's own topics first, then a command: the broker keeps one client's order, so once the
             # command arrived, anything before it that was let through would have arrived already.
-            for topic in ("home/lock-1/status", "home/lock-1/ack", "home/lock-1/info", "home/lock-1/cmd"):
+            # Under a one-level prefix and a two-level one (home/iot).
+            for topic in ("home/lock-1/status", "home/lock-1/ack", "home/lock-1/info", "home/lock-1/cmd",
+                          "home/iot/lock-1/telemetry", "home/iot/lock-1/cmd", "home/iot/_corral/heartbeat"):
                 controller.publish(topic, b"{}", qos=1).wait_for_publish(5)
-            wait_for(lambda: "home/lock-1/cmd" in heard, "the controller's command to reach the watcher")
-            assert heard == ["home/lock-1/cmd"], heard
+            wait_for(lambda: "home/iot/_corral/heartbeat" in heard, "the controller's messages to reach the watcher")
+            assert heard == ["home/lock-1/cmd", "home/iot/lock-1/cmd", "home/iot/_corral/heartbeat"], heard
         finally:
             for client in (controller, watcher):
                 client.disconnect()

@@ -155,13 +155,21 @@ def _everything(topics: list[str]) -> list[dict[str, Any]]:
             for acltype in ("publishClientSend", "publishClientReceive", "subscribePattern", "unsubscribePattern")]
 
 
-# What the controller does on the broker, for any one-level topic prefix (tests run many controllers with
-# prefixes of their own on one broker): run the dynamic security plugin, send commands and heartbeats, and
-# hear what devices publish. Nothing else: its account cannot speak as a device (no info, status, ack,
-# telemetry or event of its own) nor listen to other clients' traffic beyond the device protocol.
-CONTROLLER_SENDS = ("$CONTROL/dynamic-security/v1", "+/+/cmd", "+/_corral/heartbeat")
-CONTROLLER_HEARS = ("$CONTROL/dynamic-security/v1/response", *(f"+/+/{kind}" for kind in
-                                                                ("info", "status", "ack", "telemetry", "event")))
+# What the controller does on the broker, under any topic prefix of one to PREFIX_LEVELS levels (tests run
+# many controllers with prefixes of their own on one broker; a chart may use home/iot): run the dynamic
+# security plugin, send commands and heartbeats, and hear what devices publish. Nothing else: its account
+# cannot speak as a device (no info, status, ack, telemetry or event of its own) nor listen to other
+# clients' traffic beyond the device protocol.
+PREFIX_LEVELS = 3
+
+
+def _under_any_prefix(*suffixes: str) -> tuple[str, ...]:
+    return tuple("/".join(["+"] * levels + [suffix]) for suffix in suffixes for levels in range(1, PREFIX_LEVELS + 1))
+
+
+CONTROLLER_SENDS = ("$CONTROL/dynamic-security/v1", *_under_any_prefix("+/cmd", "_corral/heartbeat"))
+CONTROLLER_HEARS = ("$CONTROL/dynamic-security/v1/response",
+                    *_under_any_prefix(*(f"+/{kind}" for kind in ("info", "status", "ack", "telemetry", "event"))))
 
 
 def controller_acls() -> list[dict[str, Any]]:
@@ -176,7 +184,7 @@ def dynsec_config(controller_password: str, admin_password: str | None, salts: t
     for anyone else (deny by default). `salts`: one per account, the controller's first.
 
     The controller may run the plugin (it creates one account and one role per enrolled device), send
-    commands and heartbeats and hear devices (controller_acls), under any one-level topic prefix. The admin
+    commands and heartbeats and hear devices (controller_acls), under a prefix of up to three levels. The admin
     is the broker's `system:masters`, for people and tests that inspect or play devices; a broker in a
     cluster (the chart's, `corral broker init-dynsec`) has none.
     """
