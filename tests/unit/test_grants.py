@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from pydantic import ValidationError
 
+from corral.api.grant import ApprovalGrant
 from corral.cli.main import cli
 from corral.decide.approvals import People
 from corral.decide.decision import Policy, decide
@@ -135,3 +137,16 @@ def test_corral_grants_create_says_what_a_grant_must_name_before_asking_the_clus
     both = CliRunner().invoke(cli, ["grants", "create", AGENT, "--kubeconfig", str(kubeconfig), "--actuator", "locked",
                                     "--uses", "3", "--device", "front-door-lock", "--value", "true"])
     assert "a grant must say" not in both.output
+
+
+def test_the_model_refuses_a_grant_that_does_not_say_what_it_covers() -> None:
+    """The same rules as the API server's, for corral grants create and anyone validating a manifest."""
+    base = {"apiVersion": "corral.dev/v1alpha1", "kind": "ApprovalGrant", "metadata": {"name": "g"},
+            "spec": {"grantor": "alice", "requester": AGENT, "actuators": ["locked"], "uses": 1,
+                     "expiresAt": "2030-01-01T00:00:00Z"}}
+    for bounds, expected in (({"selector": {}, "values": [True]}, "which Devices"),
+                             ({"devices": ["front-door-lock"]}, "which values")):
+        with pytest.raises(ValidationError, match=f"a grant must say {expected} it covers"):
+            ApprovalGrant.model_validate({**base, "spec": {**base["spec"], **bounds}})
+    ApprovalGrant.model_validate({**base, "spec": {**base["spec"], "selector": {"matchLabels": {"room": "hall"}},
+                                                   "values": [True]}})  # positive control
