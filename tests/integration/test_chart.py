@@ -887,12 +887,17 @@ def test_helm_upgrade_keeps_the_keys_the_certificate_and_the_published_checkpoin
     before = {name: _checkpoint(installed.admin, name) for name in ("corral-controller", "corral-gateway")}
     secrets = {name: core.read_namespaced_secret(name, SYSTEM).data
                for name in (f"{RELEASE}-audit-keys", f"{RELEASE}-controller-serving")}
+    apiservices = kubernetes.client.ApiregistrationV1Api(installed.admin)
+    ca_bundle = apiservices.read_api_service("v1alpha1.readings.corral.dev").spec.ca_bundle
+    assert ca_bundle, "the init container published the serving CA (installed fixture)"
     installed.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "--reset-then-reuse-values",  # as the README says
                    "--set", "audit.checkpointInterval=120")
     manifest = [d for d in yaml.safe_load_all(installed.helm("get", "manifest", RELEASE, "-n", SYSTEM).stdout) if d]
     assert flag(container_of(manifest, "controller")["args"], "--audit-checkpoint-interval") == "120"
     assert {name: _checkpoint(installed.admin, name) for name in before} == before
     assert {name: core.read_namespaced_secret(name, SYSTEM).data for name in secrets} == secrets
+    # Helm patches only what its template holds: the caBundle put in at run time stays.
+    assert apiservices.read_api_service("v1alpha1.readings.corral.dev").spec.ca_bundle == ca_bundle
 
 
 def kubeconfig_client(path: Path) -> kubernetes.client.ApiClient:
