@@ -4,8 +4,9 @@
 
 The chart's bundled Mosquitto runs this in an init container (the Corral image) before the broker starts:
 it writes the dynamic security plugin's state file with one account, the controller's (`corral-controller`,
-its password from the environment, never from the command line), whose role may use every topic and run
-the plugin (`$CONTROL/dynamic-security/#`); everyone else is denied by default. The broker keeps no
+its password from a file, `--password-file`, mounted from a Secret: never an argument or a variable), whose
+role sends commands and heartbeats, hears devices and runs the plugin (`files.controller_acls`); everyone
+else is denied by default. The broker keeps no
 persistence: the controller re-creates every enrolled device's account from the enrollment Secrets each
 time it connects.
 
