@@ -40,6 +40,7 @@ def test_a_server_certificate_is_for_its_names_and_kept_while_they_stay() -> Non
         x509.load_pem_x509_certificate(made["ca.crt"]))
     assert certificate_names(made["tls.crt"]) == {"svc.ns.svc", "localhost", "127.0.0.1", "::1"}
     assert fill(wanted, made) is None
+    assert fill(Wanted("tls", server_names=["svc.ns.svc", "localhost", "127.0.0.1", "0:0::1"]), made) is None
     renamed = fill(Wanted("tls", server_names=["svc.ns.svc", "broker.lan"]), made)
     assert renamed is not None and (renamed["ca.crt"], renamed["ca.key"]) == (made["ca.crt"], made["ca.key"])
     assert certificate_names(renamed["tls.crt"]) == {"svc.ns.svc", "broker.lan"}

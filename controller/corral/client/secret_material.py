@@ -115,7 +115,7 @@ def _still_good(cert_pem: bytes, ca_pem: bytes, wanted: Wanted, now: datetime) -
         cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
     except (ValueError, TypeError, InvalidSignature):
         return False
-    return cert.not_valid_after_utc - RENEW_BEFORE > now and certificate_names(cert_pem) == set(wanted.server_names)
+    return cert.not_valid_after_utc - RENEW_BEFORE > now and certificate_names(cert_pem) == _normalized(wanted.server_names)
 
 
 def certificate_names(cert_pem: bytes) -> set[str]:
@@ -126,6 +126,17 @@ def certificate_names(cert_pem: bytes) -> set[str]:
     except x509.ExtensionNotFound:
         return set()
     return set(names.get_values_for_type(x509.DNSName)) | {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+
+
+def _normalized(names: list[str]) -> set[str]:
+    """The names as a certificate gives them back: IP addresses in their canonical form (0:0::1 is ::1)."""
+    out = set()
+    for name in names:
+        try:
+            out.add(str(ipaddress.ip_address(name)))
+        except ValueError:
+            out.add(name)
+    return out
 
 
 def _dns_names(names: list[str]) -> list[str]:
