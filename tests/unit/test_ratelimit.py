@@ -8,7 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from corral.cli.main import cli
 from corral.decide.decision import decide
 from corral.decide.ratelimit import RateLimit, Request, judge
 from corral.reconcile.ratelimits import RequestIndex
@@ -132,3 +134,9 @@ def test_the_limit_is_written_calls_per_seconds(text: str, expected: RateLimit) 
 def test_a_bad_limit_says_what_is_allowed(text: str) -> None:
     with pytest.raises(ValueError, match=r"use CALLS/SECONDS \(e\.g\. 30/60\) or CALLS/min"):
         RateLimit.parse(text)
+
+
+def test_corral_run_refuses_a_bad_limit_before_anything_runs() -> None:
+    result = CliRunner().invoke(cli, ["run", "--rate-limit", "thirty"])
+    assert result.exit_code == 2
+    assert "Invalid value for --rate-limit: 'thirty': use CALLS/SECONDS (e.g. 30/60)" in result.output

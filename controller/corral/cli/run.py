@@ -80,6 +80,7 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 @click.option("--approval-window", type=float, default=300.0, show_default=True,
               help="Seconds an Intent waits for approval, and an approval stays good.")
 @click.option("--rate-limit", "rate_limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
+              callback=lambda _ctx, _param, text: _rate_limit(text),  # refused before anything runs
               help="Per requester: at most CALLS Intents that act on devices at once, refilled at CALLS per SECONDS "
                    "(the gateway's rule, enforced here too for Intents made straight at the API server); beyond it "
                    "they end RATE_LIMITED. CALLS/min is CALLS/60; 0/60 for no limit.")
@@ -174,7 +175,7 @@ def run(
     approvals: tuple[str, ...],
     freshness: float,
     approval_window: float,
-    rate_limit: str,
+    rate_limit: RateLimit,
     people_namespace: str,
     approver_service_accounts: tuple[str, ...],
     contract_hold_window: float,
@@ -278,7 +279,7 @@ def run(
                       approval_window=timedelta(seconds=approval_window),
                       hold_window=timedelta(seconds=contract_hold_window),
                       people=_people(people_namespace, approver_service_accounts),
-                      rate_limit=_rate_limit(rate_limit)),
+                      rate_limit=rate_limit),
         execution_timeout_s=intent_timeout,
         ttl=timedelta(seconds=intent_ttl),
     )
