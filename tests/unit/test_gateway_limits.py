@@ -51,9 +51,10 @@ def test_a_session_with_only_a_get_stream_goes_idle_one_with_a_request_in_flight
     for sid in ("listening", "busy", "chatty"):
         assert ledger.reserve_session(AGENT) is None
         ledger.opened(AGENT, sid, 0.0)
-    ledger.request_begins("busy", 10.0)  # e.g. iot.intent_status waiting for a person
-    ledger.request_begins("chatty", 250.0)
+    assert ledger.request_begins("busy", AGENT, 10.0)  # e.g. iot.intent_status waiting for a person
+    assert ledger.request_begins("chatty", AGENT, 250.0)
     ledger.request_ends("chatty", 250.0)
+    assert not ledger.request_begins("listening", OTHER, 250.0), "someone else's request does not keep it alive"
     assert ledger.idle(299.0) == []
     assert ledger.idle(300.0) == ["listening"]
     assert sorted(ledger.idle(560.0)) == ["chatty", "listening"]

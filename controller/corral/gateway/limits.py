@@ -117,11 +117,15 @@ class Ledger:
         if self._streams[caller] <= 0:
             del self._streams[caller]
 
-    def request_begins(self, session_id: str, now: float) -> None:
+    def request_begins(self, session_id: str, caller: str, now: float) -> bool:
+        """A client request on the session: it keeps the session alive, if it is the session's own caller's (the
+        SDK answers anyone else 404). Whether it counted."""
         session = self._sessions.get(session_id)
-        if session is not None:
-            session.requests += 1
-            session.last_active = now
+        if session is None or session.caller != caller:
+            return False
+        session.requests += 1
+        session.last_active = now
+        return True
 
     def request_ends(self, session_id: str, now: float) -> None:
         session = self._sessions.get(session_id)
@@ -205,7 +209,7 @@ class Bounded:
             if opens_a_session(scope):
                 await self._open(caller, scope, receive, send)
             else:
-                await self._serve(scope, receive, send)
+                await self._serve(caller, scope, receive, send)
         finally:
             self.ledger.end_stream(caller)
 
@@ -234,12 +238,10 @@ class Bounded:
             if not opened:
                 self.ledger.unreserve(caller)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(self, caller: str, scope: Scope, receive: Receive, send: Send) -> None:
         session_id = _header(scope, SESSION_HEADER)
-        counted = session_id is not None and scope.get("method") != "GET"  # a GET stream is not activity
-        if counted:
-            assert session_id is not None
-            self.ledger.request_begins(session_id, self.clock())
+        counted = (session_id is not None and scope.get("method") != "GET"  # a GET stream is not activity
+                   and self.ledger.request_begins(session_id, caller, self.clock()))
         try:
             await self.app(scope, receive, send)
         finally:
@@ -251,6 +253,8 @@ class Bounded:
         metrics.MCP_CALLER_LIMITED.labels(limit=kind).inc()
         now = self.clock()
         if now - self._warned.get((caller, kind), -_WARN_EVERY_S) >= _WARN_EVERY_S:  # one line a minute, not a flood
+            if len(self._warned) > 1000:
+                self._warned = {k: at for k, at in self._warned.items() if now - at < _WARN_EVERY_S}
             self._warned[(caller, kind)] = now
             log.warning("refused a request at the per-caller limit: %s", why)
         await refuse(send, why, kind, limit, retry_after_s)
