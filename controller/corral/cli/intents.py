@@ -14,6 +14,7 @@ from corral.api.codes import GROUP, VERSION
 from corral.cli.kubeopts import connect, kube_options
 from corral.client.errors import api_message
 from corral.client.intents import decide_on, identity, outcome_code, submit, wait_settled
+from corral.contract.text import written_text
 
 
 @click.group(invoke_without_command=True)
@@ -40,7 +41,7 @@ def intents(ctx: click.Context, kubeconfig: str | None, context: str | None, nam
             else f"read {spec['actuator']}"
         rows.append((item["metadata"]["name"], spec["device"], change,
                      status.get("risk") or "-", status.get("phase") or "Pending", status.get("code") or "-",
-                     spec["requester"], spec["reason"]))
+                     spec["requester"], written_text(spec.get("reason"))))  # an agent's words, made safe to read
     if not rows:
         click.echo("No Intents are waiting for approval." if not show_all else "No Intents.", err=True)
         return
