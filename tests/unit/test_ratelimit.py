@@ -118,6 +118,9 @@ def test_other_requesters_reads_dry_runs_and_a_replayed_name_are_not_counted() -
     assert index.verdict(intent_body("person-1", 0, requester="alice")) is None  # positive control
     assert index.verdict(intent_body("read-next", 0, action="read")) is None
     assert index.verdict(intent_body("alias", 0, action="set_alias")) is None
+    # One already let through (it waits for a person) is not judged again when an approval arrives.
+    waiting = {**intent_body("agent-waits", 0), "status": {"phase": "AwaitingApproval"}}
+    assert index.verdict(waiting) is None
     index.observe("DELETED", intent_body("agent-0", 0))
     assert index.verdict(intent_body("agent-next", 0)) is None
     assert RequestIndex(RateLimit(0), cache.get).verdict(intent_body("agent-next", 0)) is None  # 0: no limit

@@ -56,8 +56,8 @@ class RequestIndex:
 
     def verdict(self, body: Body) -> Limited | None:
         """Whether this Intent is beyond its requester's limit (None: not, or the limit does not apply)."""
-        if not self.limit.on or not limited_kind(body):
-            return None
+        if not self.limit.on or not limited_kind(body) or state_of(body) == "counted":
+            return None  # one already let through (waiting for a person, say) keeps its slot when decided again
         requester = str(body["spec"].get("requester", ""))
         mine = Request(key_of(body), _created(body), "open")
         others = []
