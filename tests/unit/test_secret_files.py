@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import cli
+from corral.devcluster.processes import child_environment
 from corral.devices.link import BrokerAddress
 from corral.privatefile import SecretFileError, read_secret, write_private
 
@@ -90,3 +91,12 @@ def test_run_help_documents_the_password_file() -> None:
     result = CliRunner().invoke(cli, ["run", "--help"])
     assert "--mqtt-password-file FILE" in result.output and "CORRAL_MQTT_PASSWORD_FILE" in result.output
     assert "--listen-host" in result.output
+
+
+def test_a_child_of_the_plane_or_the_demo_inherits_only_paths_and_the_locale() -> None:
+    parent = {"PATH": "/usr/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "PYTHONPATH": "/src", "GITHUB_TOKEN": "t0k3n",
+              "CORRAL_MQTT_URL": f"mqtt://c:{PASSWORD}@h:1883", "AWS_SECRET_ACCESS_KEY": "k3y",
+              "HTTPS_PROXY": "http://user:pw@proxy:3128"}
+    child = child_environment(parent, KUBECONFIG="/state/kubeconfig")
+    assert child == {"PATH": "/usr/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "PYTHONPATH": "/src",
+                     "KUBECONFIG": "/state/kubeconfig"}
