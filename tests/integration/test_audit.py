@@ -37,6 +37,7 @@ from corral.audit.log import AuditLog, log_files, read_records
 from corral.cli.main import cli
 from corral.client.intents import submit
 from corral.devcluster.plane import Plane
+from corral.privatefile import write_private
 from corral_sim.fleet import Fleet
 from tests.controller_harness import ControllerProcess, device, set_target
 from tests.fleet_harness import on_fleet, running_fleet
@@ -343,7 +344,7 @@ def test_a_log_that_cannot_be_written_stops_new_decisions_but_not_the_devices(au
     assert "OK:" in audited.verify()
 
 
-def test_the_audit_endpoint_answers_only_those_rbac_lets_read_it(audited: Audited) -> None:
+def test_the_audit_endpoint_answers_only_those_rbac_lets_read_it(audited: Audited, tmp_path: Path) -> None:
     ns, controller = audited.namespace, audited.controller
     spec = {"device": "lamp-a", "actuator": "power", "action": "set_state", "params": {"value": False},
             "reason": "audit test", "requester": f"system:serviceaccount:{ns}:operator"}
@@ -363,8 +364,10 @@ def test_the_audit_endpoint_answers_only_those_rbac_lets_read_it(audited: Audite
     assert records and all(r.subject == f"{ns}/read-me" for r in records)
     assert fetch(controller, "/audit/v1/log", reader)[0] == 403  # the whole log needs the verb cluster-wide
     admin = audited.plane.admin_token
+    write_private(tmp_path / "token", admin)  # by file: a token in the arguments is readable by every local account
     shown = CliRunner().invoke(cli, ["audit", "show", "--server", controller.serve_url, "--ca-file",
-                                     str(controller.serve_ca), "--token", admin, "--intent", "read-me", "-o", "json"])
+                                     str(controller.serve_ca), "--token-file", str(tmp_path / "token"),
+                                     "--intent", "read-me", "-o", "json"])
     assert shown.exit_code == 0, shown.output
     assert [json.loads(line)["kind"] for line in shown.output.splitlines()][-1] == "intent.decided"
     wait_for(lambda: checkpoint_covers(audited), "a published checkpoint", timeout_s=30)

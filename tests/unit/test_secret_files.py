@@ -100,3 +100,15 @@ def test_a_child_of_the_plane_or_the_demo_inherits_only_paths_and_the_locale() -
     child = child_environment(parent, KUBECONFIG="/state/kubeconfig")
     assert child == {"PATH": "/usr/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "PYTHONPATH": "/src",
                      "KUBECONFIG": "/state/kubeconfig"}
+
+
+def test_a_token_file_others_can_read_or_a_token_given_twice_is_refused(tmp_path: Path) -> None:
+    token = _file(tmp_path, 0o644)
+    shown = CliRunner().invoke(cli, ["audit", "show", "--server", "https://127.0.0.1:1", "--token-file", str(token)])
+    assert shown.exit_code == 2 and "others could read it" in shown.stderr and PASSWORD not in shown.output
+    token.chmod(0o600)
+    for first, second in ((["--token", "x"], ["--token-file", str(token)]), (["--token-file", str(token)], ["--token", "x"])):
+        both = CliRunner().invoke(cli, ["readings", "lamp", "--server", "https://127.0.0.1:1", *first, *second])
+        assert both.exit_code == 2 and "give --token or --token-file, not both" in both.stderr
+    read = CliRunner().invoke(cli, ["audit", "show", "--server", "https://127.0.0.1:1", "--token-file", str(token)])
+    assert read.exit_code == 1 and "cannot reach https://127.0.0.1:1" in read.stderr  # the file was taken

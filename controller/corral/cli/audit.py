@@ -33,6 +33,7 @@ from corral.audit.checkpoint import Checkpoint, retained_start, verify_log
 from corral.audit.citations import Citation, RetainedLog, check
 from corral.audit.keys import public_pem
 from corral.audit.log import log_files
+from corral.cli.tokenopts import token_options
 from corral.client.errors import api_message
 
 DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -127,8 +128,7 @@ def source_options(command: Any) -> Any:
         click.option("--server", help="The controller's HTTPS server, e.g. https://corral-controller.corral-system:8443."),
         click.option("--ca-file", type=click.Path(exists=True, dir_okay=False),
                      help="--server: the CA that signed its certificate (default: the system's)."),
-        click.option("--token", envvar="CORRAL_TOKEN", help="--server: a Kubernetes bearer token (default: the "
-                                                            "kubeconfig's; env CORRAL_TOKEN)."),
+        token_options("a Kubernetes bearer token"),
         click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
         click.option("--context", help="Kubeconfig context to use."),
     ]):

@@ -17,6 +17,7 @@ import kubernetes
 from corral.api.codes import READINGS_MAX_WINDOW_S, READINGS_PREFIX
 from corral.cli.audit import Source, bearer_of
 from corral.cli.kubeopts import kube_options
+from corral.cli.tokenopts import token_options
 from corral.client.errors import api_message
 
 
@@ -27,7 +28,7 @@ from corral.client.errors import api_message
 @click.option("--metric", "metrics", multiple=True, help="Only this metric (repeatable).")
 @click.option("--server", help="The controller's HTTPS server, instead of the API server's APIService.")
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="--server: the CA of its certificate.")
-@click.option("--token", envvar="CORRAL_TOKEN", help="--server: a bearer token (default: the kubeconfig's).")
+@token_options("a bearer token")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @kube_options
 def readings(client: kubernetes.client.ApiClient, namespace: str, device: str, window_s: float,
