@@ -50,7 +50,7 @@ class BrokerAddress:
     def parse(cls, url: str) -> BrokerAddress:
         parsed = urlparse(url)
         if parsed.scheme not in ("mqtt", "mqtts") or not parsed.hostname:
-            shown = url.rsplit("@", 1)[-1]  # never repeat a password that came with it
+            shown = parsed._replace(netloc=parsed.netloc.rsplit("@", 1)[-1]).geturl()  # never repeat a password
             raise ValueError(f"MQTT URL must look like mqtt://host:1883 or mqtts://user@host:8883, got {shown!r}")
         tls = parsed.scheme == "mqtts"
         return cls(
