@@ -28,6 +28,10 @@ from typing import Literal
 # within `per`, so the answer only differs from one computed over all history for a requester that kept above
 # its rate for that long, and then by at most what the refill would have given it anyway.
 HORIZON_PERIODS = 2
+# How many of the requests before it that took (or may take) a slot are replayed: a bucket that never dropped
+# below its limit took at most `calls` + the refill of the horizon, 3 x calls; more than that only means it is
+# empty. It bounds the work of one decision in a flood.
+REPLAYED_PER_CALL = 4
 
 State = Literal["counted", "limited", "open"]
 
@@ -89,8 +93,9 @@ def judge(requests: Iterable[Request], mine: Request, limit: RateLimit) -> Limit
     since = mine.created_at - limit.per * HORIZON_PERIODS
     others = sorted((r for r in requests if r.key != mine.key and since <= r.created_at <= mine.created_at),
                     key=_order)
+    before = [r for r in others if _order(r) < _order(mine) and r.state != "limited"][-REPLAYED_PER_CALL * limit.calls:]
     tokens, at = float(limit.calls), since
-    for request in (*[r for r in others if _order(r) < _order(mine)], mine):
+    for request in (*before, mine):
         tokens = min(float(limit.calls), tokens + (request.created_at - at).total_seconds() * rate)
         at = request.created_at
         if request is mine:

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from corral.api.codes import FINAL_PHASES
 from corral.api.intent import LEASE_ACTIONS, OVERLAY_ACTIONS
-from corral.decide.ratelimit import Limited, RateLimit, Request, State, judge
+from corral.decide.ratelimit import HORIZON_PERIODS, Limited, RateLimit, Request, State, judge
 from corral.reconcile.cache import Body, Key, key_of
 
 # Phases that say the decision let it through the limit (what waits for a person, or runs, or ended).
@@ -60,10 +60,15 @@ class RequestIndex:
             return None  # one already let through (waiting for a person, say) keeps its slot when decided again
         requester = str(body["spec"].get("requester", ""))
         mine = Request(key_of(body), _created(body), "open")
+        since = mine.created_at - self.limit.per * HORIZON_PERIODS
         others = []
         for key, created in (self._by_requester.get(requester) or {}).items():
+            if not since <= created <= mine.created_at or key == mine.key:
+                continue
             current = self._lookup(key)
-            others.append(Request(key, created, state_of(current) if current is not None else "counted"))
+            state = state_of(current) if current is not None else "counted"
+            if state != "limited":  # a refusal takes no slot: a flood of them costs nothing here
+                others.append(Request(key, created, state))
         return judge(others, mine, self.limit)
 
 
