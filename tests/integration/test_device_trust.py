@@ -39,6 +39,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from corral.api.capability import capability_name
 from corral.api.codes import GROUP, VERSION
+from corral.audit.log import read_records
 from corral.client.enroll import enroll
 from corral.client.intents import submit, wait_settled
 from corral.client.pki import KeyPair, issue
@@ -346,6 +347,13 @@ def test_two_hundred_description_only_announcements_make_no_capability_and_hold_
         told = wait_for(lambda: (t := [e.reason for e in events(site.admin, site.namespace, D)
                                        if e.reason in ("ContractHeld", "ContractChanged")]) and t, "the hold told")
         assert told == ["ContractHeld"], "one Event for the hold, not one per announcement"
+        subject = f"{site.namespace}/{D}"
+        flooding = wait_for(lambda: [r for r in read_records(site.controller.audit_dir)
+                                     if r.subject == subject and r.kind == "device.flooding"], "the flood on record")
+        assert flooding[0].data["phase"] == "started" and "info" in flooding[0].data["kinds"]
+        changed = [r for r in read_records(site.controller.audit_dir)
+                   if r.subject == subject and r.kind == "contract.changed"]
+        assert len(changed) <= 40, f"{len(changed)} contract.changed records: recorded one by one, not counted"
 
         # The positive control: a person accepts what D announces now; exactly that one Capability is made, and
         # D's Intents run again.

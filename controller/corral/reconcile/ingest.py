@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 # and an Event, samples may be a status write). Not `info` (judged as a contract, held when it changes), not
 # `status` (its Will: an `offline` must never be dropped), not `ack` (answers to our own commands).
 LIMITED = ("event", "telemetry")
+# Judged always (the newest contract is what holds or frees the device), but a changed contract takes a token
+# too: over the limit it is counted in the flood's reports instead of recorded (contract.changed) one by one.
+COUNTED = ("info",)
 
 
 class Ingest:
@@ -109,8 +112,8 @@ class Ingest:
         limit = {"ratePerSecond": self.limits.rate, "burst": self.limits.burst}
         self.notices.fact("device.flooding", device_id, {"phase": report.phase, "dropped": report.dropped,
                                                          "droppedInBurst": report.total, "limit": limit,
-                                                         "kinds": list(LIMITED)})
-        what = f"{'/'.join(LIMITED)} messages from device {device_id}"
+                                                         "kinds": [*LIMITED, *COUNTED]})
+        what = f"{'/'.join((*LIMITED, *COUNTED))} messages from device {device_id}"
         self.notices.post_for(device_id, "Flooding", "Drop", report.words(what) +
                               f" (limit {self.limits.rate:g}/s, burst {self.limits.burst})", "Warning")
         if report.phase == "started":
@@ -188,7 +191,7 @@ class Ingest:
         if refused is not None:
             self._refuse_contract(rt, refused)
             return
-        if previous is not None and capability_name(previous) != rt.capability:
+        if previous is not None and capability_name(previous) != rt.capability and self._admit(rt.device_id, "info"):
             changes = contract_diff(previous, contract)
             self.notices.fact("contract.changed", rt.device_id, {"from": capability_name(previous),
                                                                  "to": rt.capability, "changes": changes})
