@@ -257,12 +257,12 @@ def test_load_config_reads_urls_and_headers_from_files_and_says_which_field_is_w
 def test_corral_run_refuses_a_bad_config_or_console_url_before_it_starts(tmp_path: Path) -> None:
     config = tmp_path / "notify.yaml"
     config.write_text("webhooks: [{name: phone, kind: teams, url: 'https://ntfy.example/s3cret'}]")
-    result = CliRunner().invoke(cli, ["run", "--mqtt", "mqtt://u:p@127.0.0.1:1", "--notify-config", str(config)])
+    result = CliRunner().invoke(cli, ["run", "--mqtt", "mqtt://u@127.0.0.1:1", "--notify-config", str(config)])
     assert result.exit_code == 2
     assert "Invalid value for --notify-config" in result.stderr
     assert "webhooks[0].kind: Input should be 'ntfy', 'slack' or 'json'" in result.stderr
     assert "s3cret" not in result.stderr
     config.write_text("webhooks: []")
-    result = CliRunner().invoke(cli, ["run", "--mqtt", "mqtt://u:p@127.0.0.1:1", "--notify-config", str(config),
+    result = CliRunner().invoke(cli, ["run", "--mqtt", "mqtt://u@127.0.0.1:1", "--notify-config", str(config),
                                       "--console-url", "console.example"])
     assert result.exit_code == 2 and "Invalid value for --console-url" in result.stderr
