@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -44,7 +45,7 @@ def start_broker(workdir: Path, debug: bool) -> tuple[subprocess.Popen[bytes], i
                                 files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file),
                                 plane_broker.debug_log(workdir) if debug else None)
     prepared.conf.write_text(conf)
-    log_path = plane_broker.debug_log(workdir) if debug else workdir / "mosquitto.log"
+    log_path = plane_broker.debug_log(workdir) if debug else workdir / "mosquitto.out"
     with open(workdir / "mosquitto.out", "wb") as log:
         proc = subprocess.Popen([shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", str(prepared.conf)],
                                 stdout=log, stderr=subprocess.STDOUT)
@@ -54,6 +55,12 @@ def start_broker(workdir: Path, debug: bool) -> tuple[subprocess.Popen[bytes], i
             raise SystemExit(f"mosquitto did not start: {log_path.read_text()[-2000:]}")
         time.sleep(0.05)
     return proc, port, passwords, log_path
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (/proc/PID/stat, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def client(port: int, username: str, password: str) -> mqtt.Client:
@@ -122,6 +129,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     rates: dict[str, list[float]] = {"plain": [], "debug": []}
+    cpu_us: dict[str, list[float]] = {"plain": [], "debug": []}
     log_bytes: dict[str, float] = {}
     refused = 0
     for debug in (False, True, False, True):  # alternating, so a slow moment of the machine hits both
@@ -129,7 +137,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"corral-bench-{name}-") as tmp:
             proc, port, passwords, log_path = start_broker(Path(tmp), debug)
             try:
+                cpu0 = cpu_seconds(proc.pid)
                 got = [one_round(port, passwords, args.messages, args.qos) for _ in range(args.rounds)]
+                cpu_us[name].append((cpu_seconds(proc.pid) - cpu0) / (args.messages * args.rounds) * 1e6)
                 log_bytes[name] = log_path.stat().st_size / (args.messages * args.rounds)
                 if debug:
                     refused = refusal_lines(port, passwords, log_path, 20)
@@ -138,13 +148,16 @@ def main() -> None:
                 proc.wait(10)
         rates[name] += got
         say(f"{name}: {statistics.median(got):,.0f} messages/s (rounds {', '.join(f'{r:,.0f}' for r in got)}), "
-            f"log {log_bytes[name]:.0f} bytes/message")
+            f"broker CPU {cpu_us[name][-1]:.1f} µs/message, log {log_bytes[name]:.0f} bytes/message")
     plain, debug_rate = statistics.median(rates["plain"]), statistics.median(rates["debug"])
     say(f"debug log: {debug_rate / plain * 100:.0f}% of the plain broker's rate (medians {plain:,.0f} and "
-        f"{debug_rate:,.0f} messages/s); {refused} of 20 refused publishes named in it")
+        f"{debug_rate:,.0f} messages/s); broker CPU {statistics.median(cpu_us['plain']):.1f} -> "
+        f"{statistics.median(cpu_us['debug']):.1f} µs/message; {refused} of 20 refused publishes named in it")
     write_result("broker_debug_log", {"messages": args.messages, "qos": args.qos, "rounds": args.rounds,
                                       "plain_messages_per_s": round(plain), "debug_messages_per_s": round(debug_rate),
                                       "debug_relative": round(debug_rate / plain, 3),
+                                      "broker_cpu_us_per_message_plain": round(statistics.median(cpu_us["plain"]), 2),
+                                      "broker_cpu_us_per_message_debug": round(statistics.median(cpu_us["debug"]), 2),
                                       "debug_log_bytes_per_message": round(log_bytes["debug"]),
                                       "refusals_named": refused})
 

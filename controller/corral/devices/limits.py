@@ -22,8 +22,8 @@ from typing import Literal
 DEFAULT_RATE = 2.0
 DEFAULT_BURST = 20
 # A burst ends after this long without a drop: short enough to say soon that it is over, long enough that
-# a flood in bursts is told as one.
-QUIET_S = 5.0
+# a flood in bursts is told as one (and the reports stay at most MAX_REPORTS a minute whatever it does).
+QUIET_S = 3.0
 # While a burst lasts, its count is told this often ...
 REPORT_INTERVAL_S = 60.0
 # ... and never more than this many reports in any REPORT_INTERVAL_S: start, one while it lasts, end.

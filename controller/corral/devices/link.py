@@ -17,6 +17,7 @@ import json
 import logging
 import ssl
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +34,9 @@ from corral.devices.topics import Topics
 from corral.obs import metrics
 
 log = logging.getLogger(__name__)
+
+# Messages handed to on_message in one turn of the loop, at most.
+DRAIN_BATCH = 500
 
 # The broker refused MQTT 5 (v3.1.1 brokers answer "unacceptable protocol version").
 _UNSUPPORTED_PROTOCOL = (1, 132)
@@ -115,6 +119,7 @@ class MqttLink:
         self.reconnects = 0
         self._ever_connected = False
         self._restart_task: asyncio.Future[None] | None = None
+        self._inbox: deque[Inbound] = deque()  # from paho's thread to the loop (_handle_message, _drain)
         self.heartbeat = heartbeat
         self._beating: asyncio.Task[None] | None = None
 
@@ -211,13 +216,32 @@ class MqttLink:
         self._call_soon(self.connected.clear)
 
     def _handle_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
-        self._call_soon(self._on_message, Inbound(message.topic, bytes(message.payload), bool(message.retain)))
+        # One wake-up of the loop per batch, not per message: a device's flood costs the loop its messages'
+        # handling (a token bucket drops them cheaply), not thousands of wake-ups besides. deque's append and
+        # popleft are atomic: the loop drains until empty, and a message that finds the inbox empty calls it.
+        self._inbox.append(Inbound(message.topic, bytes(message.payload), bool(message.retain)))
+        if len(self._inbox) == 1:
+            self._call_soon(self._drain)
 
     def _call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(callback, *args)
 
     # asyncio loop ---------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Hand what arrived to on_message in order; after DRAIN_BATCH, let other work on the loop run first."""
+        for _ in range(DRAIN_BATCH):
+            try:
+                message = self._inbox.popleft()
+            except IndexError:
+                return
+            try:
+                self._on_message(message)
+            except Exception:  # one bad message must not leave the rest undrained
+                log.exception("handling an MQTT message on %s failed", message.topic)
+        if self._inbox and self._loop is not None:
+            self._loop.call_soon(self._drain)
 
     def _mark_connected(self) -> None:
         if self._ever_connected:
