@@ -121,3 +121,10 @@ def test_broker_takes_packets_up_to_the_largest_contract_and_logs_refusals_to_a_
     assert "log_type debug" in conf and "log_dest file /state/broker/mosquitto-debug.log" in conf
     assert "log_dest stdout" not in conf
     assert "log_type debug" not in files.mosquitto_conf(18830).splitlines()
+
+
+def test_the_env_file_names_the_brokers_debug_log_for_corral_run() -> None:
+    text = files.env_file(Path("/k"), "mqtt://corral-controller@127.0.0.1:1883", Path("/s/pw"), Path("/bin"),
+                          broker_log=Path("/s/broker/mosquitto-debug.log"))
+    assert "export CORRAL_BROKER_LOG=/s/broker/mosquitto-debug.log" in text.splitlines()
+    assert text.splitlines()[-1].startswith("export PATH=")

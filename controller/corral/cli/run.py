@@ -70,9 +70,10 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
                                       "it they are dropped and counted (device.flooding records, Flooding Events).")
 @click.option("--device-message-burst", type=click.IntRange(min=1), default=DEFAULT_BURST, show_default=True,
               help="How many of them a device may send at once before --device-message-rate applies.")
-@click.option("--broker-log", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Mosquitto's log with `log_type debug` (the local plane's): its refused PUBLISHes are counted per "
-                   "device, recorded (device.refused) and told in Warning Events.")
+@click.option("--broker-log", envvar="CORRAL_BROKER_LOG", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Mosquitto's log with `log_type debug` (the local plane's; env CORRAL_BROKER_LOG): its refused "
+                   "PUBLISHes are counted per device, recorded (device.refused) and told in Warning Events; the "
+                   "file is cut once 8 MiB of it are read.")
 @click.option("--approvals", "approvals", multiple=True, metavar="RISK=N",
               help="Approvals an Intent of this risk needs (repeatable); default low=0 medium=1 high=1 critical=1.")
 @click.option("--freshness", type=float, default=2.0, show_default=True,

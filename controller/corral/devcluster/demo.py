@@ -62,6 +62,8 @@ class BrokerAt:
     controller_url: str
     device_url: str
     controller_password_file: Path | None = None
+    # The broker's debug log, where it names the PUBLISHes it refused (a broker the demo or the plane runs).
+    debug_log: Path | None = None
 
     @classmethod
     def of(cls, url: str, password_file: Path | None = None) -> BrokerAt:
@@ -71,7 +73,8 @@ class BrokerAt:
 
     def controller_args(self) -> list[str]:
         return ["--mqtt", self.controller_url, *(["--mqtt-password-file", str(self.controller_password_file)]
-                                                 if self.controller_password_file is not None else [])]
+                                                 if self.controller_password_file is not None else []),
+                *(["--broker-log", str(self.debug_log)] if self.debug_log is not None else [])]
 
 
 @dataclass
@@ -170,8 +173,8 @@ class Demo:
             if self.mqtt_url is not None:
                 return found.kubeconfig, BrokerAt.of(self.mqtt_url, self.mqtt_password_file), self._plane is not None
             account = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{found.mqtt_port}"
-            return (found.kubeconfig, BrokerAt(account, found.mqtt_url, found.password_file(files.BROKER_CONTROLLER)),
-                    self._plane is not None)
+            return (found.kubeconfig, BrokerAt(account, found.mqtt_url, found.password_file(files.BROKER_CONTROLLER),
+                                               found.broker_log), self._plane is not None)
         if self.mqtt_url is not None:
             return self.kubeconfig, BrokerAt.of(self.mqtt_url, self.mqtt_password_file), False
         port = free_port()
@@ -185,7 +188,8 @@ class Demo:
         _wait(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
         controller = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{port}"
         return self.kubeconfig, BrokerAt(controller, f"mqtt://127.0.0.1:{port}", broker.password_file(
-            self.state_dir / "demo-broker", files.BROKER_CONTROLLER)), False
+            self.state_dir / "demo-broker", files.BROKER_CONTROLLER), broker.debug_log(self.state_dir / "demo-broker")
+        ), False
 
     def _enroll(self, admin: kubernetes.client.ApiClient, devices: list[DeviceSpec]) -> Path:
         """Enroll the simulated home as a person would (`corral devices enroll`): a Device and a credential

@@ -55,14 +55,15 @@ def kubeconfig(server: str, ca_pem: bytes, admin_token: str, user_token: str) ->
 
 
 def env_file(kubeconfig_path: Path, mqtt_url: str, mqtt_password_file: Path, kubectl_dir: Path,
-             mqtt_ca: Path | None = None) -> str:
+             mqtt_ca: Path | None = None, broker_log: Path | None = None) -> str:
     """Shell assignments for `source .corral/dev/env`.
 
     No credential in it: whatever a shell exports, every process it starts inherits, and a process's
     environment is one more place a secret leaks from. CORRAL_MQTT_URL names the controller's broker account
     without its password; CORRAL_MQTT_PASSWORD_FILE is where `corral run` reads that (mode 0600). PATH gains
     the directory of the kubectl built with the plane, because the system kubectl may be more than one minor
-    version away from the server.
+    version away from the server. CORRAL_BROKER_LOG is the broker's debug log, where `corral run` reads
+    the PUBLISHes it refused (and which it keeps small).
     """
     if urlsplit(mqtt_url).password is not None:
         raise ValueError("the env file exports no password: pass the broker URL with its username only")
@@ -75,6 +76,8 @@ def env_file(kubeconfig_path: Path, mqtt_url: str, mqtt_password_file: Path, kub
     ]
     if mqtt_ca is not None:
         lines.insert(4, f"export CORRAL_MQTT_CA={shlex.quote(str(mqtt_ca))}")
+    if broker_log is not None:
+        lines.insert(-1, f"export CORRAL_BROKER_LOG={shlex.quote(str(broker_log))}")
     return "\n".join(lines) + "\n"
 
 

@@ -188,7 +188,8 @@ class DevPlane:
         ))
         write_private(self.env_path, files.env_file(
             self.kubeconfig_path, f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{mqtt_port}",
-            plane.password_file(files.BROKER_CONTROLLER), binary.kubectl.parent, plane.mqtt_ca_file))
+            plane.password_file(files.BROKER_CONTROLLER), binary.kubectl.parent, plane.mqtt_ca_file,
+            plane.broker_log))
         return plane
 
     @property
