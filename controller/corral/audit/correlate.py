@@ -9,9 +9,11 @@ The kubelet's event recorder does two things before an Event reaches the API ser
   object; our source is always this controller) of `burst` Events refilled one per `refill_s`; an Event
   that finds none is dropped.
 
-One difference, on purpose: our bucket is per object *and reason*. In client-go a Pod's many
-BackOff Events can silence its one FailedMount; here a device's StateChanged flood must never silence
-the Warning that says it floods (device.flooding, device.refused), which is itself bounded at its source.
+Two differences. client-go posts a combined Event once and then only raises its count (a PATCH of the same
+Event); ours are new Events each time, which the bucket bounds just the same. And, on purpose, our bucket is
+per object *and reason*: in client-go a Pod's many BackOff Events can silence its one FailedMount; here a
+device's StateChanged flood must never silence the Warning that says it floods (device.flooding,
+device.refused), which is itself bounded at its source.
 
 Pure: the caller passes the time (time.monotonic()).
 """
