@@ -66,8 +66,9 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Absolute change of a metric that is written sooner than the interval (repeatable); "
                    "default: 2% of the sensor's range.")
 @click.option("--device-message-rate", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_RATE,
-              show_default=True, help="Event and telemetry messages a second each device may send, sustained; beyond "
-                                      "it they are dropped and counted (device.flooding records, Flooding Events).")
+              show_default=True, help="Event and telemetry messages (and changed contracts) a second each device may send, "
+                                      "sustained; beyond it they are dropped and counted (device.flooding records, "
+                                      "Flooding Events).")
 @click.option("--device-message-burst", type=click.IntRange(min=1), default=DEFAULT_BURST, show_default=True,
               help="How many of them a device may send at once before --device-message-rate applies.")
 @click.option("--broker-log", envvar="CORRAL_BROKER_LOG", type=click.Path(dir_okay=False), metavar="FILE",
