@@ -68,3 +68,11 @@ def test_a_long_attempt_is_told_each_minute_and_names_at_most_twenty_targets() -
     assert [r.burst.dropped for r in told] == [61, 60], "a count a minute while it lasts"
     assert len(told[0].targets) == 21 and told[0].targets["(other topics)"] == 41
     assert "other topics 41 times" in told[0].words()
+
+
+def test_a_log_that_appears_later_is_read_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "mosquitto-debug.log"
+    tail = LogTail(path)
+    assert tail.read() == []
+    path.write_text(DENIED + "\n")
+    assert tail.read() == [DENIED]

@@ -67,6 +67,7 @@ class LogTail:
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
+            self.offset = max(self.offset, 0)  # not there yet: everything it will hold is new
             return []
         if self.offset < 0 or size < self.offset:  # first read, or the file was cut or replaced
             self.offset, self._partial = (size if self.offset < 0 else 0), b""
