@@ -129,6 +129,8 @@ class FleetOptions:
     reconnect_max_s: float = 30.0
     connect_spread_s: float = 1.0  # a big fleet connects over this long, not all in one burst
     auto_inputs: bool = True  # simulated doors, leak probes... change by themselves now and then
+    # Device type -> the contract its firmware was built with instead of the catalog's (a signed build).
+    firmware_contracts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class SystemClock:
@@ -214,7 +216,8 @@ class Fleet:
             if spec.device_id in self.devices:
                 raise FleetError(f"device id {spec.device_id!r} is used twice")
             normalized = DeviceSpec(normalize_type(spec.device_type), spec.device_id, spec.room)
-            self.devices[spec.device_id] = SimulatedDevice(normalized, contract_for(normalized.device_type))
+            contract = self.options.firmware_contracts.get(normalized.device_type) or contract_for(normalized.device_type)
+            self.devices[spec.device_id] = SimulatedDevice(normalized, contract)
         self._selector = selectors.DefaultSelector()
         self._timers: list[tuple[int, int, Callable[[], None]]] = []
         self._sequence = itertools.count()

@@ -1,55 +1,103 @@
-"""Entry point of the `corral` command: a click group, with one module per command family."""
+"""Entry point of the `corral` command: a click group, with one module per command family.
+
+Commands are imported only when they run: `corral --help` must answer in a blink, and the modules behind the
+commands pull in kubernetes, the MCP SDK, kopf and aiohttp (about a second on a small machine). Each command's
+one-line help is written here for the listing; a unit test holds it equal to the command's own.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from corral import __version__
-from corral.cli.agents import agents
-from corral.cli.audit import audit
-from corral.cli.broker import broker
-from corral.cli.console import console
-from corral.cli.crds import crds
-from corral.cli.demo import demo
-from corral.cli.dev import dev
-from corral.cli.devices import devices
-from corral.cli.grants import grants
-from corral.cli.intents import approve, deny, intents
-from corral.cli.lease import lease
-from corral.cli.mcp import mcp, tools
-from corral.cli.people import people
-from corral.cli.readings import readings
-from corral.cli.run import run
-from corral.cli.secrets import secrets
-from corral.cli.sim import sim
+
+# name -> (module, attribute, the command's one-line help as `corral --help` lists it)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "agents": ("corral.cli.agents", "agents",
+               "The agents kill switch: stop every agent at once (people keep control), and let them act again."),
+    "approve": ("corral.cli.intents", "approve",
+                "Approve Intent NAME, in your own name, for exactly its current parameters."),
+    "audit": ("corral.cli.audit", "audit", "The audit log: prove it untouched, read it."),
+    "broker": ("corral.cli.broker", "broker", "Prepare a Mosquitto broker for Corral (dynamic security plugin)."),
+    "console": ("corral.cli.console", "console",
+                "Serve the approval page: people sign in with their own Kubernetes token and approve or deny the "
+                "Intents waiting for them, as themselves."),
+    "contracts": ("corral.cli.contracts", "contracts", "Sign device contracts (signing keys, signed firmware builds)."),
+    "crds": ("corral.cli.crds", "crds",
+             "Generate CustomResourceDefinitions and ValidatingAdmissionPolicies from the API models."),
+    "demo": ("corral.cli.demo", "demo",
+             "Run everything: control plane and broker, CRDs, a simulated home of 43 devices, the controller and the "
+             "MCP gateway."),
+    "deny": ("corral.cli.intents", "deny", "Deny Intent NAME, in your own name."),
+    "dev": ("corral.cli.dev", "dev", "Local control plane (kube-apiserver + etcd) and Mosquitto broker."),
+    "devices": ("corral.cli.devices", "devices",
+                "Enroll devices (a device is trusted only once a person enrolls it), rotate or revoke their "
+                "credentials."),
+    "grants": ("corral.cli.grants", "grants",
+               "Standing approvals: let one requester's Intents run without asking each time, in bounds."),
+    "intents": ("corral.cli.intents", "intents",
+                "List Intents waiting for approval (with --all: every Intent); `create` makes one."),
+    "lease": ("corral.cli.lease", "lease",
+              "Exclusive control of a Device: while you hold its lease, nobody else's Intents act on it."),
+    "mcp": ("corral.cli.mcp", "mcp",
+            "Run the MCP gateway: tools from device status, shown only as far as the caller's RBAC allows."),
+    "people": ("corral.cli.people", "people", "People who approve: identities for the approval page."),
+    "readings": ("corral.cli.readings", "readings",
+                 "Print DEVICE's samples: the device's ts (cite it as --based-on METRIC@TS), the value and its age."),
+    "run": ("corral.cli.run", "run",
+            "Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."),
+    "secrets": ("corral.cli.secrets", "secrets", "Secrets Corral makes for itself (keys, certificates, passwords)."),
+    "sim": ("corral.cli.sim", "sim",
+            "Run simulated devices: each its own firmware instance with its own MQTT connection."),
+    "tools": ("corral.cli.mcp", "tools",
+              "Print the MCP tools a caller would see for one device (the CLI mirror of tools/list)."),
+}
+
+EXIT_CODES = """\b
+Exit status (corral intents create, approve, deny, lease):
+  0  done: EXECUTED, approved, denied as asked
+  1  an error before any outcome (kubeconfig, the API server refused)
+  2  a usage error (a bad option or argument)
+  3  refused: a DENY_* code, DENIED_BY_APPROVER, RATE_LIMITED, CANCELLED; or your Approval does not count
+  4  allowed but not done: FAILED, TIMEOUT, DEVICE_GONE
+  5  not decided yet: AWAITING_APPROVAL, or still PENDING when --wait ran out"""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when they are looked up, and listed from COMMANDS without importing."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return self.commands.get(cmd_name)
+        module, attribute, _ = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx) if name in COMMANDS]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, _shortened(text, limit)) for name, text in rows])
+
+
+def _shortened(text: str, limit: int) -> str:
+    """As click shortens a command's help in a listing: cut at a word, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return text[:limit - 3].rsplit(" ", 1)[0].rstrip(",;:") + "..."
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
 @click.version_option(__version__, prog_name="corral")
 def cli() -> None:
     """Corral: let AI agents operate physical devices safely."""
-
-
-cli.add_command(agents)
-cli.add_command(audit)
-cli.add_command(broker)
-cli.add_command(console)
-cli.add_command(crds)
-cli.add_command(demo)
-cli.add_command(dev)
-cli.add_command(devices)
-cli.add_command(grants)
-cli.add_command(intents)
-cli.add_command(lease)
-cli.add_command(approve)
-cli.add_command(deny)
-cli.add_command(mcp)
-cli.add_command(people)
-cli.add_command(readings)
-cli.add_command(run)
-cli.add_command(secrets)
-cli.add_command(sim)
-cli.add_command(tools)
 
 
 def main() -> None:

@@ -8,11 +8,13 @@ import signal
 import socket
 import sys
 from collections import Counter
+from pathlib import Path
 from types import FrameType
 
 import click
 
 from corral.cli.mqttopts import password_file_option, refuse_password_in_url
+from corral.client.signing import SigningError, firmware_contracts
 from corral.devices.credentials import CredentialsError, read_credentials
 from corral.privatefile import SecretFileError, read_secret
 from corral_sim.catalog import CatalogError, contract_for, device_types, normalize_type
@@ -93,12 +95,16 @@ def _list_devices() -> None:
 @click.option("--power-cycle-every", type=click.FloatRange(min=0.1), metavar="SECONDS", help="Fault: each device loses power about this often (state lost, counters kept).")
 @click.option("--power-off", default=5.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS", help="How long a power-cycled device stays off.")
 @click.option("--duration", type=click.FloatRange(min=0), metavar="SECONDS", help="Stop after this long (default: run until Ctrl-C or SIGTERM).")
+@click.option("--signed-contracts", "signed_build", metavar="FILE", type=click.Path(dir_okay=False, exists=True),
+              help="The firmware's contracts signed (`corral contracts sign --out FILE`): each device announces "
+                   "its type's signed contract, as a controller with --require-signatures wants.")
 @click.option("--list", "list_types", is_flag=True, help="List the device types of the catalog and exit.")
 def sim(
     preset_name: str | None, devices: tuple[str, ...], count: int, mqtt_url: str | None, prefix: str,
     telemetry_interval: float, seed: int, drop_link_every: float | None, link_down: float, ack_delay: int,
     power_cycle_every: float | None, power_off: float, duration: float | None, list_types: bool,
     credentials_file: str | None, mqtt_ca: str | None, shared_account: bool, mqtt_password_file: str | None,
+    signed_build: str | None,
 ) -> None:
     """Run simulated devices: each its own firmware instance with its own MQTT connection.
 
@@ -138,9 +144,11 @@ def sim(
                                        f"{' and more' if len(missing) > 5 else ''}: enroll them first "
                                        f"(corral devices enroll NAME --type TYPE --write {credentials_file})")
         faults = Faults(drop_link_every, link_down, ack_delay, power_cycle_every, power_off)
-        options = FleetOptions(prefix=prefix, telemetry_interval_s=telemetry_interval, seed=seed, faults=faults)
+        signed = firmware_contracts(Path(signed_build)) if signed_build else {}
+        options = FleetOptions(prefix=prefix, telemetry_interval_s=telemetry_interval, seed=seed, faults=faults,
+                               firmware_contracts=signed)
         fleet = Fleet(specs, broker, options, log=lambda line: click.echo(f"corral sim: {line}", err=True))
-    except (FleetError, CatalogError, CredentialsError) as err:
+    except (FleetError, CatalogError, CredentialsError, SigningError) as err:
         raise click.ClickException(str(err)) from None
     _check_reachable(broker)
 
@@ -154,6 +162,8 @@ def sim(
     accounts = ("each device with its own account" if credentials is not None else
                 f"all as {broker.username}" if broker.username else "anonymously")
     click.echo(f"corral sim: devices connect {accounts}", err=True)
+    if signed:
+        click.echo(f"corral sim: firmware signed ({signed_build}): {', '.join(sorted(signed))}", err=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         fleet.stop()

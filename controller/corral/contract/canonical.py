@@ -35,5 +35,15 @@ def capability_hash(contract: Contract) -> str:
 
 
 def signed_bytes(contract: Contract) -> bytes:
-    """What a contract signature covers: the whole contract, device id included, signature excluded."""
+    """What a contract signature covers: the device type's contract, as its firmware is built, so without the
+    device id (each instance gets its own at run time) and the signature; exactly what a Capability stores.
+
+    A signature vouches for what a device type can do, not for which device says it: that is the device's own
+    broker account. A device announcing another type's genuine contract is a contract change like any other.
+    """
+    return canonical_json(capability_content(contract))
+
+
+def device_bound_bytes(contract: Contract) -> bytes:
+    """What a signature made for one device covers (the protocol's first form): the device id too."""
     return canonical_json(contract.model_dump(mode="json", exclude={"signature"}, exclude_none=True))
