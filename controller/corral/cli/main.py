@@ -8,6 +8,7 @@ one-line help is written here for the listing; a unit test holds it equal to the
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
@@ -65,19 +66,31 @@ Exit status (corral intents create, approve, deny, lease):
   5  not decided yet: AWAITING_APPROVAL, or still PENDING when --wait ran out"""
 
 
+class _Commands(dict[str, click.Command]):
+    """The group's commands, each imported the first time it is looked up (`cli.commands["run"]` too)."""
+
+    def __missing__(self, name: str) -> click.Command:
+        if name not in COMMANDS:
+            raise KeyError(name)
+        module, attribute, _ = COMMANDS[name]
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        self[name] = command
+        return command
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported when they are looked up, and listed from COMMANDS without importing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands or cmd_name not in COMMANDS:
-            return self.commands.get(cmd_name)
-        module, attribute, _ = COMMANDS[cmd_name]
-        command = getattr(importlib.import_module(module), attribute)
-        assert isinstance(command, click.Command)
-        return command
+        return self.commands[cmd_name] if cmd_name in COMMANDS or cmd_name in self.commands else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx) if name in COMMANDS]

@@ -13,13 +13,15 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import kubernetes
 
 from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, VERSION
-from corral.client.asyncapi import ApiError, AsyncApi, path_of
 from corral.decide.idempotency import compare
+
+if TYPE_CHECKING:  # aiohttp, behind it, is a tenth of a second the command line's synchronous calls never need
+    from corral.client.asyncapi import AsyncApi
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ def submit(api_client: kubernetes.client.ApiClient, namespace: str, name: str, s
 async def submit_async(api: AsyncApi, namespace: str, name: str, spec: dict[str, Any],
                        annotations: dict[str, str] | None = None) -> Submitted:
     """`submit()` on the event loop (the gateway's path)."""
+    from corral.client.asyncapi import ApiError, path_of
+
     collection = path_of(GROUP, VERSION, "intents", namespace)
     try:
         created = await api.request("POST", collection, body=_intent(name, spec, annotations))
@@ -158,6 +162,8 @@ async def decide_on_async(api: AsyncApi, namespace: str, intent_name: str, decis
 
     `expected_uid`: the Intent the person looked at; a different one under the same name (deleted and made
     again, perhaps with other parameters) is refused instead of approved."""
+    from corral.client.asyncapi import path_of
+
     intent = await api.request("GET", path_of(GROUP, VERSION, "intents", namespace, intent_name))
     if expected_uid is not None and intent["metadata"]["uid"] != expected_uid:
         raise ValueError(f"Intent {intent_name} was replaced by another request under the same name since you "
