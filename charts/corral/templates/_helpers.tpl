@@ -304,7 +304,7 @@ or ({"own": true}) the file the init container writes from the CA it made. */}}
 {{/* Refusals that concern several values, with what to set instead. Included by the controller Deployment. */}}
 {{- define "corral.checks" -}}
 {{- if and .Values.signing.require (not .Values.signing.keysSecret) }}
-{{- fail "signing.require is true (the default), so the controller refuses device contracts without a valid signature, but signing.keysSecret is empty. Set signing.keysSecret to a Secret in the release namespace whose data entries are the trusted base64 Ed25519 public keys (kubectl create secret generic corral-signing-keys -n NAMESPACE --from-file=KEY_NAME=PUBLIC_KEY_FILE), or set signing.require=false to accept unsigned contracts (only on a network you trust)." }}
+{{- fail "signing.require is true (the default), so the controller refuses device contracts without a valid signature, but signing.keysSecret is empty. Make a signing key and trust it (corral contracts keygen --key vendor.pem --secret NAMESPACE/corral-signing-keys), sign your firmware's contracts with it (corral contracts sign --key vendor.pem --out signed.json), and set signing.keysSecret=corral-signing-keys: a Secret in the release namespace whose data entries are the trusted Ed25519 public keys (or kubectl create secret generic corral-signing-keys -n NAMESPACE --from-file=vendor=PUBLIC_KEY_FILE). Or set signing.require=false to accept unsigned contracts (only on a network you trust)." }}
 {{- end }}
 {{- if .Values.mosquitto.enabled }}
 {{- if and (include "corral.bundledBroker" .) (not .Values.mqtt.manageAccounts) }}
