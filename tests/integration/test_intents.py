@@ -340,7 +340,7 @@ def test_a_device_that_does_not_answer_in_time_is_timeout(plane: Plane, home: Ho
         intent = ask(home, "operator", home.operator, "slow-light", "power", "set_state", True)
     assert status(intent) == ("Failed", "TIMEOUT")
     command = intent["status"]["commandId"]
-    assert f"did not acknowledge command {command} (power=True) within 4 s" in intent["status"]["message"]
+    assert f"did not acknowledge command {command} (power=true) within 4 s" in intent["status"]["message"]
 
 
 def test_a_device_that_acks_an_error_fails_the_intent(home: Home) -> None:

@@ -95,7 +95,7 @@ def test_a_valid_low_risk_write_executes_without_approval() -> None:
         (dict(device=replace(DEVICE, contract=None)), "DEVICE_GONE", "has no accepted contract"),
         (dict(i=intent(actuator="siren")), "DENY_UNKNOWN_ACTION", "no actuator 'siren'. Actions it offers: bolt: set_mode"),
         (dict(i=intent(action="set_mode")), "DENY_UNKNOWN_ACTION", "is set with set_state, not set_mode"),
-        (dict(i=intent(value="on")), "DENY_ARGUMENTS", "takes true or false; got 'on'"),
+        (dict(i=intent(value="on")), "DENY_ARGUMENTS", 'takes true or false; got "on"'),
         (dict(may=False), "DENY_SCOPE", "agent may not write device front-lock"),
         (dict(i=intent(based_on=(Observation("temperature", SAMPLE_TS),)), evidence=received((SAMPLE_TS, NOW_MS - 5000))),
          "DENY_SENSOR", "was received 5.0 s ago"),
@@ -131,6 +131,14 @@ def test_high_risk_waits_for_approval_until_the_window_closes() -> None:
     assert "corral approve unlock-1" in waiting.message
     expired = run(intent(actuator="bolt", action="set_mode", value="unlocked", created_at=NOW - timedelta(minutes=6)))
     assert (expired.code, "expired" in expired.message) == ("DENY_APPROVAL", True)
+
+
+def test_a_dry_run_that_would_wait_says_so_without_sending_anyone_to_approve_it() -> None:
+    dry = run(intent(actuator="bolt", action="set_mode", value="unlocked", dry_run=True))
+    assert dry.outcome == "await_approval" and "a real request would wait for 1 approval(s)" in dry.message
+    assert "corral approve" not in dry.message and "cannot be approved" in dry.message
+    # The control: the same request for real names the command that approves it.
+    assert "corral approve unlock-1" in run(intent(actuator="bolt", action="set_mode", value="unlocked")).message
 
 
 def test_a_valid_approval_lets_it_execute_and_is_consumed() -> None:

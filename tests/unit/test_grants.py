@@ -37,8 +37,8 @@ def test_a_grant_covers_its_requester_device_actuator_and_range_both_ends_includ
 
 @pytest.mark.parametrize(("change", "reason"), [
     ({"value": 24.5}, "does not cover the value 24.5"),
-    ({"value": True}, "does not cover the value True"),  # a bool is no number here
-    ({"value": "21"}, "does not cover the value '21'"),
+    ({"value": True}, "does not cover the value true"),  # a bool is no number here
+    ({"value": "21"}, "does not cover the value \"21\""),
     ({"requester": "system:serviceaccount:home:other"}, f"it is for {AGENT}"),
     ({"device": "kitchen-ac"}, "does not cover Device kitchen-ac"),
     ({"actuator": "mode"}, "does not cover actuator mode"),
@@ -77,7 +77,7 @@ def test_a_grant_that_does_not_say_what_it_covers_covers_nothing() -> None:
                        values=(True,), actuators=frozenset({"power"}))
     assert why(by_label, labels={"room": "bedroom"}, actuator="power", value=True) is None  # positive control
     found = why(replace(by_label, values=()), labels={"room": "bedroom"}, actuator="power", value=False)
-    assert found == "it does not cover the value False"
+    assert found == "it does not cover the value false"
     found = why(replace(by_label, selector=Selector()), labels={"room": "bedroom"}, actuator="power", value=True)
     assert found == "it does not cover Device bedroom-ac"
 

@@ -19,6 +19,7 @@ from corral.cli.audit import Source, bearer_of
 from corral.cli.kubeopts import kube_options
 from corral.cli.tokenopts import token_options
 from corral.client.errors import api_message
+from corral.contract.values import shown as shown_value
 
 
 @click.command()
@@ -65,5 +66,5 @@ def _print(document: dict[str, Any]) -> None:
         unit = item.get("unit") or ""
         for sample in item.get("samples") or []:
             at = datetime.fromtimestamp(sample["ts"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
-            value = f"{sample['value']}{unit}"
+            value = f"{shown_value(sample['value'])}{unit}"
             click.echo(f"{metric:<16} {sample['ts']:<14} {at:<24} {value:<12} {sample['ageSeconds']:.1f} s")

@@ -8,6 +8,7 @@ guessed. The firmware clamps as well, as a last line of defence.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -42,24 +43,30 @@ def allowed(actuator: Actuator) -> str:
     return f"a number from {low} to {high}{unit}{step}"
 
 
+def shown(value: object) -> str:
+    """A value as people and agents read it in messages: JSON, as contracts and Intents write it (true, 21.5, "auto"),
+    never Python's repr (True, 'auto')."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def check(actuator: Actuator, value: object) -> Value:
     """Return the value in its canonical JSON type, or raise InvalidValue naming what is allowed."""
     what = f"{actuator.id} ({actuator.action}) takes {allowed(actuator)}"
     if actuator.type == "bool":
         if isinstance(value, bool):
             return value
-        raise InvalidValue(f"{what}; got {value!r}")
+        raise InvalidValue(f"{what}; got {shown(value)}")
     if actuator.type in ("enum", "color"):
         if not isinstance(value, str):
-            raise InvalidValue(f"{what}; got {value!r}")
+            raise InvalidValue(f"{what}; got {shown(value)}")
         if actuator.type == "enum" and value not in (actuator.values or []):
-            raise InvalidValue(f"{what}; got {value!r}")
+            raise InvalidValue(f"{what}; got {shown(value)}")
         if actuator.type == "color" and not _COLOR.fullmatch(value):
-            raise InvalidValue(f"{what}; got {value!r}")
+            raise InvalidValue(f"{what}; got {shown(value)}")
         return value
     # number or counter; bool is an int subclass in Python but not a number here.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidValue(f"{what}; got {value!r}")
+        raise InvalidValue(f"{what}; got {shown(value)}")
     assert actuator.range is not None
     if not actuator.range.min <= value <= actuator.range.max:
         raise InvalidValue(f"{what}; got {_fmt(value)}")

@@ -28,7 +28,7 @@ from corral.api.intent import LEASE_ACTIONS, LEASE_ACTUATOR, OVERLAY_ACTIONS, OV
 from corral.api.pause import Paused
 from corral.contract.model import Actuator, Contract, Risk
 from corral.contract.text import bounded
-from corral.contract.values import InvalidValue, Value, check
+from corral.contract.values import InvalidValue, Value, check, shown
 from corral.decide.approvals import ApprovalView, People, Refusal, judge_approvals
 from corral.decide.grants import GrantView, covering
 from corral.decide.ratelimit import Limited, RateLimit
@@ -103,6 +103,7 @@ class IntentFacts:
     based_on: tuple[Observation, ...] = ()
     cancelled: str | None = None  # the requester's reason, once they withdrew it
     holder_id: str | None = None  # which of the requester's clients asks (a lease is held by both together)
+    dry_run: bool = False  # only checked, never executed: nobody can approve it
 
 
 @dataclass(frozen=True)
@@ -439,6 +440,10 @@ def _approval(case: Case, working: _Working) -> Decision | None:
         working.grant = grants[0].name
         return None
     expires_at = intent.created_at + policy.approval_window
+    if intent.dry_run:  # a dry run is never approved: saying how to approve it would send people to a dead end
+        return Decision("await_approval", None, f"Risk {actuator.risk}: a real request would wait for {needed} "
+                        f"approval(s) by a person other than {intent.requester}; this dry run cannot be approved.",
+                        actuator.risk, actuator.level, working.value, expires_at=expires_at)
     if case.now >= expires_at:
         return _final("DENY_APPROVAL", f"No valid approval arrived within {_duration(policy.approval_window)} of the "
                                        f"request; it expired. {verdict.message}", working)
@@ -634,7 +639,7 @@ def _freshest(evidence: Evidence, source: str, metric: str, now_ms: float) -> st
         since = f" since the controller started at {evidence.since:%H:%M:%S} UTC" if evidence.since else ""
         return (f"No sample of {source}/{metric} has arrived{since} (readings are kept in memory, so a restarted "
                 "controller has none until the device sends again); wait for a new reading (iot.read) and cite it.")
-    return (f"The freshest sample the controller has is ts={newest.ts} (value {newest.value!r}, received "
+    return (f"The freshest sample the controller has is ts={newest.ts} (value {shown(newest.value)}, received "
             f"{(now_ms - newest.received_ms) / 1000:.1f} s ago); read again (iot.read) and cite a fresh one.")
 
 

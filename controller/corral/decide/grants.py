@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeGuard
 
-from corral.contract.values import same_value
+from corral.contract.values import same_value, shown
 from corral.decide.approvals import DEFAULT_PEOPLE, People
 from corral.decide.selectors import Selector
 
@@ -50,7 +50,7 @@ def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mappi
     if actuator not in grant.actuators:
         return f"it does not cover actuator {actuator}"
     if not _value_granted(grant, value):
-        return f"it does not cover the value {value!r}"
+        return f"it does not cover the value {shown(value)}"
     if now >= grant.expires_at:
         return f"it expired at {grant.expires_at:%Y-%m-%d %H:%M:%S} UTC"
     if grant.used >= grant.uses:

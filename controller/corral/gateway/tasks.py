@@ -37,6 +37,7 @@ from pydantic import Field
 from corral.api.codes import CANCEL_ANNOTATION, FINAL_PHASES, GROUP, VERSION
 from corral.audit.log import AuditLog
 from corral.client.asyncapi import ApiError, path_of
+from corral.contract.values import shown
 from corral.gateway.view import CallerView
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def approval_request(intent: dict[str, Any], url: str) -> dict[str, Any]:
     """The URL-mode elicitation that offers the approval page: the person decides there, signed in as themselves."""
     meta, spec = intent.get("metadata") or {}, intent.get("spec") or {}
     value = (spec.get("params") or {}).get("value")
-    message = (f"An agent asks to {spec.get('action', 'act')} {spec.get('actuator', '')} = {value!r} on device "
+    message = (f"An agent asks to {spec.get('action', 'act')} {spec.get('actuator', '')} = {shown(value)} on device "
                f"{spec.get('device', '')} (Intent {meta.get('namespace')}/{meta.get('name')}); a person must approve "
                "it. Open the approval page to review it and approve or deny it as yourself. Answering here approves "
                "nothing.")

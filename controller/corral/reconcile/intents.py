@@ -41,7 +41,7 @@ from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
 from corral.audit.events import EventRecorder, ObjectRef
 from corral.audit.log import AuditLog, Sealed, Unwritable
 from corral.client.asyncapi import ApiError
-from corral.contract.values import InvalidValue, check
+from corral.contract.values import InvalidValue, check, shown
 from corral.decide.approvals import ApprovalView, Refusal
 from corral.decide.decision import (
     Decision,
@@ -319,7 +319,7 @@ class IntentReconciler:
         except ApiError as err:
             return await self._finish(body, view, "FAILED", f"The overlay could not be written: {err.status} "
                                                             f"{err.message}", base)
-        what = f"{field_name} {before!r} -> {text!r}" if text else f"{field_name} {before!r} removed"
+        what = f"{field_name} {shown(before)} -> {shown(text)}" if text else f"{field_name} {shown(before)} removed"
         return await self._finish(body, view, "EXECUTED", f"Overlay of {spec['device']} set: {what}.",
                                   {**base, "before": {field_name: before}, "after": {field_name: text}})
 
@@ -465,11 +465,11 @@ class IntentReconciler:
         readings = {metric: sample.value for metric, sample in fresh.latest.items()}
         item = spec["actuator"]
         if item in state:
-            found = f"{item}={state[item]!r}, read from the device just now"
+            found = f"{item}={shown(state[item])}, read from the device just now"
         else:
             sample = fresh.latest.get(item)
             age = (datetime.now(UTC).timestamp() * 1000 - sample.received_ms) / 1000 if sample else None
-            found = f"{item}={sample.value!r}, received {age:.1f} s ago" if sample else f"{item}: no reading yet"
+            found = f"{item}={shown(sample.value)}, received {age:.1f} s ago" if sample else f"{item}: no reading yet"
         return await self._finish(body, fresh, "EXECUTED", f"Read {found}.", {**base, "after": {**readings, **state}})
 
     # ---- executing ------------------------------------------------------------------------------------------
@@ -599,7 +599,7 @@ class IntentReconciler:
             after = await asyncio.wait_for(asyncio.shield(reached), timeout)
         except TimeoutError:
             await self._finish(body, view, "TIMEOUT",
-                               f"The device did not acknowledge command {command_id} ({spec['actuator']}={value!r}) "
+                               f"The device did not acknowledge command {command_id} ({spec['actuator']}={shown(value)}) "
                                f"within {timeout:g} s. The target stays set; the controller keeps driving the "
                                "device there.", {})
             return
@@ -614,9 +614,9 @@ class IntentReconciler:
             return
         before = (body.get("status") or {}).get("before") or {}
         changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
-        what = ", ".join(f"{k} {b!r} -> {a!r}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
+        what = ", ".join(f"{k} {shown(b)} -> {shown(a)}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
         await self._finish(body, view, "EXECUTED",
-                           f"{spec['action']} {spec['actuator']}={value!r} done; the device acknowledged command "
+                           f"{spec['action']} {spec['actuator']}={shown(value)} done; the device acknowledged command "
                            f"{command_id} ({what})" + (" after a restart." if resumed else "."),
                            {"before": before, "after": after})
 
@@ -773,6 +773,7 @@ def _facts(body: Body, view: DeviceView | None) -> tuple[IntentFacts, DeviceFact
         based_on=tuple(Observation(o["metric"], o["ts"], o.get("deviceId")) for o in spec.get("basedOn") or []),
         cancelled=(meta.get("annotations") or {}).get(CANCEL_ANNOTATION),
         holder_id=spec.get("holderId"),
+        dry_run=bool(spec.get("dryRun")),
     )
     device = DeviceFacts(
         exists=view is not None and view.exists,
@@ -789,8 +790,8 @@ def _doing(spec: dict[str, Any], decision: Decision) -> str:
     if spec["action"] == "read":
         return f"read {spec['actuator']} from the device"
     if spec["action"] in OVERLAY_ACTIONS:
-        return f"set the {OVERLAY_ACTIONS[spec['action']]} of {spec['device']} to {decision.value!r}"
-    return f"{spec['action']} {spec['actuator']}={decision.value!r} on {spec['device']}"
+        return f"set the {OVERLAY_ACTIONS[spec['action']]} of {spec['device']} to {shown(decision.value)}"
+    return f"{spec['action']} {spec['actuator']}={shown(decision.value)} on {spec['device']}"
 
 
 def _checked_value(view: DeviceView | None, spec: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget, SensorReading
 from corral.contract.model import Sensor
+from corral.contract.values import shown
 from corral.devices.plan import Plan
 from corral.devices.telemetry import Coalescing, Reading
 from corral.reconcile.conditions import Wanted, merge
@@ -89,7 +90,7 @@ def sync_verdict(result: Plan | None, online: bool, failures: int) -> Verdict:
         return Verdict(False, "Drifted",
                        f"{', '.join(result.drifted)} changed on the device; drift policy Observe leaves it.")
     if result.commands:
-        pending = ", ".join(f"{c.actuator}={c.value!r}" for c in result.commands)
+        pending = ", ".join(f"{c.actuator}={shown(c.value)}" for c in result.commands)
         if not online:
             return Verdict(False, "DeviceOffline", f"Waiting for the device to come online to apply {pending}.")
         if failures:
