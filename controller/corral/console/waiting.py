@@ -8,6 +8,7 @@ What the card leads with is what the Device is, as enrolled: its name and type. 
 what a person or an agent called it (an agent can set them, so "kitchen-light" could be the front door's lock):
 they come second and say so. Everything people, agents and devices wrote (reason, alias, location, messages)
 is made safe before it is shown: no control, bidi, zero-width or tag characters, and cut to its length.
+The change, the people and the outcome are also said in words (words.py), the exact form kept beside them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from corral.api.codes import PEOPLE_NAMESPACE
 from corral.api.pause import paused_of
 from corral.client.enroll import DEVICE_TYPE_LABEL
 from corral.client.intents import outcome_code
+from corral.console.words import change_words, confirmation, outcome_words, said_of, who
 from corral.contract.text import REASON_LIMIT, written_text
 
 WAITING: Final = "AwaitingApproval"
@@ -55,10 +58,17 @@ class IntentView:
     actuator: str
     action: str
     change: str  # e.g. `locked = true`
+    # The contract's words (the device's, shown marked so; "" when the contract is unknown or unreadable):
+    change_words: str  # e.g. "Bolt → bolt thrown (locked)"
+    device_kind: str  # the contract's product name, e.g. "Door lock"
+    contract_says: str  # the actuator's description, e.g. "true = bolt thrown (locked), false = unlocked. ..."
     current: str | None  # the device's reported state of that actuator, e.g. `locked = false`; None: unknown
+    current_words: str  # that state in the contract's words, e.g. "Bolt → unlocked"
     current_note: str  # e.g. "last known: the device is offline"
     risk: str
-    requester: str
+    requester: str  # the exact username
+    requester_name: str  # as people and agents are named: "alice", "agent in home"
+    requester_kind: str  # person, agent or system
     reason: str
     based_on: tuple[Reading, ...]
     created: str
@@ -66,10 +76,12 @@ class IntentView:
     seconds_left: float | None
     phase: str
     outcome: str  # EXECUTED, DENIED_BY_APPROVER, ..., AWAITING_APPROVAL or PENDING
+    outcome_words: str  # the outcome in a sentence: "Done: Bolt → unlocked.", "Denied by alice: not now."
     message: str
     approval: str
     waiting: bool
     may_approve: bool
+    confirm: str  # the question a high- or critical-risk approval asks before it is sent; "" for lower risks
 
     def as_json(self) -> dict[str, Any]:
         document = asdict(self)
@@ -117,15 +129,20 @@ def change_of(spec: Mapping[str, Any]) -> str:
     return f"{actuator} = {shown(value)}"
 
 
+def _reported(device: Mapping[str, Any] | None, actuator: str) -> tuple[bool, Any]:
+    reported = ((device or {}).get("status") or {}).get("reported") or {}
+    return (True, reported[actuator]) if actuator in reported else (False, None)
+
+
 def _current(device: Mapping[str, Any] | None, actuator: str) -> tuple[str | None, str]:
     if device is None:
         return None, "you may not read this device"
     status = device.get("status") or {}
-    reported = status.get("reported") or {}
-    if actuator not in reported:
+    known, value = _reported(device, actuator)
+    if not known:
         return None, "not reported yet"
     note = "last known: the device is offline" if status.get("online") is False or status.get("stale") else ""
-    return f"{actuator} = {shown(reported[actuator])}", note
+    return f"{actuator} = {shown(value)}", note
 
 
 def _readings(spec: Mapping[str, Any]) -> tuple[Reading, ...]:
@@ -143,8 +160,10 @@ def _readings(spec: Mapping[str, Any]) -> tuple[Reading, ...]:
 
 
 def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may_approve: bool,
-                now: datetime) -> IntentView:
-    """One Intent as the page shows it (waiting or decided)."""
+                now: datetime, contract: Mapping[str, Any] | None = None,
+                people_namespace: str = PEOPLE_NAMESPACE) -> IntentView:
+    """One Intent as the page shows it (waiting or decided). contract: the spec of the Capability the controller
+    trusts for the Device (None: unknown or unreadable), for the change in the contract's own words."""
     metadata, spec, status = intent.get("metadata") or {}, intent.get("spec") or {}, intent.get("status") or {}
     overlay = ((device or {}).get("spec") or {}).get("overlay") or {}
     labels = ((device or {}).get("metadata") or {}).get("labels") or {}
@@ -154,6 +173,13 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
     current, note = _current(device, actuator)
     expires = parse_time(status.get("approvalExpiresAt"))
     waiting = status.get("phase") == WAITING
+    said = said_of(contract, actuator) if _text(spec.get("action")) not in OVERLAY_CHANGES else None
+    value = (spec.get("params") or {}).get("value")
+    known, reported = _reported(device, actuator)
+    asker, phase, risk = who(_text(spec.get("requester")), people_namespace), _text(status.get("phase")), \
+        _text(status.get("risk")) or "unknown"
+    message, code = written_text(status.get("message"), MESSAGE_TEXT), outcome_code(status)
+    after = status.get("after") if isinstance(status.get("after"), Mapping) else None
     return IntentView(
         namespace=_text(metadata.get("namespace")),
         name=_text(metadata.get("name")),
@@ -167,21 +193,30 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
         actuator=actuator,
         action=_text(spec.get("action")),
         change=change_of(spec),
+        change_words=change_words(said, value),
+        device_kind=said.device_kind if said else "",
+        contract_says=said.about if said else "",
         current=current,
         current_note=note,
-        risk=_text(status.get("risk")) or "unknown",
+        current_words=change_words(said, reported) if known else "",
+        risk=risk,
         requester=_text(spec.get("requester")),
+        requester_name=asker.name,
+        requester_kind=asker.kind,
         reason=written_text(spec.get("reason"), REASON_LIMIT),
         based_on=_readings(spec),
         created=_text(metadata.get("creationTimestamp")),
         expires_at=expires.isoformat().replace("+00:00", "Z") if expires else None,
         seconds_left=max(0.0, round((expires - now).total_seconds(), 1)) if expires and waiting else None,
-        phase=_text(status.get("phase")) or "Pending",
-        outcome=outcome_code(status),
-        message=written_text(status.get("message"), MESSAGE_TEXT),
+        phase=phase or "Pending",
+        outcome=code,
+        outcome_words=outcome_words(code, phase, message, said, value, after, actuator,
+                                    written_text(status.get("deviceError"), MESSAGE_TEXT), people_namespace),
+        message=message,
         approval=_text(status.get("approval")),
         waiting=waiting,
         may_approve=waiting and may_approve,
+        confirm=confirmation(risk, _title(name, device_type), said, actuator, value),
     )
 
 
@@ -204,9 +239,11 @@ def waiting_devices(intents: Iterable[Mapping[str, Any]]) -> set[DeviceKey]:
 
 
 def waiting_for(intents: Iterable[Mapping[str, Any]], devices: Mapping[DeviceKey, Mapping[str, Any] | None],
-                approvable: Collection[DeviceKey], now: datetime) -> list[IntentView]:
+                approvable: Collection[DeviceKey], now: datetime,
+                contracts: Mapping[DeviceKey, Mapping[str, Any] | None] | None = None,
+                people_namespace: str = PEOPLE_NAMESPACE) -> list[IntentView]:
     """The Intents waiting for this person: awaiting approval, on a Device where they hold `approve`; the
-    one that expires first comes first."""
+    one that expires first comes first. contracts: each Device's trusted contract (Capability spec), if read."""
     views = []
     for intent in intents:
         if (intent.get("status") or {}).get("phase") != WAITING or (intent.get("spec") or {}).get("dryRun"):
@@ -214,6 +251,6 @@ def waiting_for(intents: Iterable[Mapping[str, Any]], devices: Mapping[DeviceKey
         key = (_text(intent["metadata"].get("namespace")), _text(intent["spec"].get("device")))
         if key not in approvable:
             continue
-        views.append(intent_view(intent, devices.get(key), True, now))
+        views.append(intent_view(intent, devices.get(key), True, now, (contracts or {}).get(key), people_namespace))
     far = datetime.max.replace(tzinfo=UTC).isoformat()
     return sorted(views, key=lambda v: (v.expires_at or far, v.created, v.namespace, v.name))
