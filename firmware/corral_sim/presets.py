@@ -51,7 +51,36 @@ HOME: tuple[tuple[str, str, str], ...] = (
     ("utility room", "leak-probe", "leak_probe"),  # under the main water valve (docs/controller.md, Interlocks)
 )
 
+# What the people of that household call each device (the demo sets them as the Devices' overlay, with the
+# room as the location): the approval card reads "Front door · Hallway", not the device id twice.
+HOME_ALIASES: dict[str, str] = {
+    "living-ac": "Living room AC", "living-climate": "Living room climate", "living-ceiling-light": "Ceiling light",
+    "living-floor-lamp": "Floor lamp", "living-tv-strip": "TV light strip", "living-blind-left": "Left blind",
+    "living-blind-right": "Right blind", "living-tv-plug": "TV plug", "living-window": "Living room window",
+    "kitchen-climate": "Kitchen climate", "kitchen-light": "Kitchen light", "kitchen-coffee-plug": "Coffee machine",
+    "kitchen-sink-valve": "Sink water valve", "kitchen-scale": "Kitchen scale", "kitchen-window": "Kitchen window",
+    "bedroom-ac": "Bedroom AC", "bedroom-fan": "Bedroom fan", "bedroom-light": "Bedroom light",
+    "bedroom-lamp": "Bedside lamp", "bedroom-blind": "Bedroom blind", "bedroom-window": "Bedroom window",
+    "kids-climate": "Kids' room climate", "kids-light": "Kids' room light", "kids-nightlight": "Night light",
+    "kids-blind": "Kids' room blind", "kids-window": "Kids' room window",
+    "bathroom-climate": "Bathroom climate", "bathroom-fan": "Bathroom fan", "bathroom-light": "Bathroom light",
+    "bathroom-window": "Bathroom window",
+    "front-door-lock": "Front door", "front-door": "Front door contact", "hallway-light": "Hallway light",
+    "office-climate": "Office climate", "office-light": "Office light", "office-blind": "Office blind",
+    "office-monitor-plug": "Monitor plug",
+    "main-water-valve": "Main water valve", "washer-plug": "Washing machine", "pet-feeder": "Pet feeder",
+    "pet-water-scale": "Pet water bowl", "back-door-lock": "Back door", "leak-probe": "Leak probe",
+}
+
 PRESETS: dict[str, tuple[tuple[str, str, str], ...]] = {"home": HOME}
+ALIASES: dict[str, dict[str, str]] = {"home": HOME_ALIASES}
+
+
+def overlay_of(name: str) -> dict[str, dict[str, str]]:
+    """Device id -> the overlay a preset's household gives it (alias, and the room as its location)."""
+    aliases = ALIASES.get(name, {})
+    return {device_id: {"alias": aliases.get(device_id, ""), "location": room[:1].upper() + room[1:]}
+            for room, device_id, _ in PRESETS[name]}
 
 
 def preset(name: str) -> list[DeviceSpec]:
