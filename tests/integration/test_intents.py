@@ -387,11 +387,56 @@ def test_people_list_and_approve_pending_intents_with_the_cli(
                                "--reason", "expected"], capture_output=True, text=True, env=env)
     assert approved.returncode == 0, approved.stderr
     assert f"approved by {home.user('approver')}" in approved.stdout
+    assert "(Approval " in approved.stdout and "the Intent is now" in approved.stdout
     assert status(_settled_final(home, intent["metadata"]["name"])) == ("Succeeded", "EXECUTED")
 
     again = subprocess.run([*corral, "approve", intent["metadata"]["name"], "-n", home.namespace],
                            capture_output=True, text=True, env=env)
     assert again.returncode == 1 and "is not waiting for approval (phase Succeeded)" in again.stderr
+
+
+def test_cli_exit_statuses_tell_refusals_from_successes_and_a_refused_approval_is_not_approved(
+    plane: Plane, home: Home, corral_api: kubernetes.client.ApiClient, tmp_path: Path
+) -> None:
+    corral = [str(Path(sys.executable).parent / "corral")]
+    kubeconfigs = {who: _kubeconfig_for(plane, service_account_token(corral_api, home.namespace, who),
+                                        tmp_path / f"{who}.kubeconfig") for who in ("operator", "reader")}
+
+    def run(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*corral, *args, "-n", home.namespace, "--kubeconfig", str(kubeconfigs[who])],
+                              capture_output=True, text=True, timeout=60)
+
+    # A denial exits 3 and says what happened; the control, the same request by someone allowed, exits 0.
+    denied = run("reader", "intents", "create", "kitchen-light", "power=true", "--action", "set_state", "--reason", "t")
+    assert (denied.returncode, "DENY_SCOPE" in denied.stdout) == (3, True), denied
+    done = run("operator", "intents", "create", "kitchen-light", "power=true", "--action", "set_state", "--reason", "t")
+    assert (done.returncode, ": EXECUTED: " in done.stdout, "power=true" in done.stdout) == (0, True, True), done
+    # A dry run of a high-risk change would wait (5), and does not send anyone to approve what cannot be approved.
+    dry = run("operator", "intents", "create", "front-lock", "locked=true", "--action", "set_state", "--reason", "t",
+              "--dry-run")
+    assert (dry.returncode, "AWAITING_APPROVAL (dry run)" in dry.stdout) == (5, True), dry
+    assert "corral approve" not in dry.stdout and "cannot be approved" in dry.stdout
+
+    # The requester's own approval is refused before it is made (exit 3), saying why and what to do instead.
+    waiting = run("operator", "intents", "create", "front-lock", "locked=true", "--action", "set_state", "--reason", "t")
+    assert waiting.returncode == 5 and "AWAITING_APPROVAL" in waiting.stdout, waiting
+    name = waiting.stdout.split(":")[0]
+    own = run("operator", "approve", name)
+    assert own.returncode == 3 and "is your own request" in own.stderr and "corral.dev/cancel" in own.stderr, own
+    objects = kubernetes.client.CustomObjectsApi(home.admin)
+    assert not [a for a in objects.list_namespaced_custom_object(GROUP, VERSION, home.namespace, "approvals")["items"]
+                if a["spec"]["intent"]["name"] == name], "no Approval is made for one's own request"
+
+    # A program's approval of someone else's request is made, refused by the controller, and exits 3 with its reason.
+    admin = identity(home.admin).username
+    submit(home.admin, home.namespace, "admin-unlock", {**spec(home, "operator", "front-lock", "locked", "set_state",
+                                                               False), "requester": admin})
+    assert status(wait_settled(home.admin, home.namespace, "admin-unlock", 20))[0] == "AwaitingApproval"
+    program = run("operator", "approve", "admin-unlock")
+    assert program.returncode == 3 and "does not count" in program.stderr, program
+    assert "outside corral-people" in program.stderr and "keeps waiting" in program.stderr
+    assert status(wait_settled(home.admin, home.namespace, "admin-unlock", 1))[0] == "AwaitingApproval"
+    assert home.applies("front-lock").count(("locked", False)) == 0
 
 
 def test_finished_intents_are_deleted_after_their_ttl(

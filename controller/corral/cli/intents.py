@@ -5,16 +5,34 @@ from __future__ import annotations
 import functools
 import json
 import secrets
-from typing import Any
+import time
+from typing import Any, Literal
 
 import click
 import kubernetes
 
 from corral.api.codes import GROUP, VERSION
+from corral.cli import outcomes
 from corral.cli.kubeopts import connect, kube_options
 from corral.client.errors import api_message
-from corral.client.intents import decide_on, identity, outcome_code, submit, wait_settled
+from corral.client.intents import OwnRequest, decide_on, identity, outcome_code, submit, wait_settled
 from corral.contract.text import written_text
+from corral.contract.values import shown
+
+EXIT_STATUS = """\b
+Exit status: 0 EXECUTED (a dry run: it would execute); 3 refused (DENY_*, DENIED_BY_APPROVER, RATE_LIMITED,
+CANCELLED); 4 allowed but not done (FAILED, TIMEOUT, DEVICE_GONE); 5 not decided yet (AWAITING_APPROVAL, or
+PENDING when --wait ran out); 1 an error before any outcome; 2 a bad option or argument."""
+DECISION_STATUS = """\b
+Exit status: 0 the controller took your decision; 3 it refused your Approval (your own request, no approve
+verb, not a person, ...: the message says why) and the Intent keeps waiting; 5 no verdict within --wait;
+1 the Intent is not waiting for approval, or another error; 2 a bad option or argument."""
+
+
+class Refused(click.ClickException):
+    """A refusal the person can act on (the message says what to do), with its own exit status."""
+
+    exit_code = outcomes.REFUSED
 
 
 @click.group(invoke_without_command=True)
@@ -37,7 +55,7 @@ def intents(ctx: click.Context, kubeconfig: str | None, context: str | None, nam
         status, spec = item.get("status") or {}, item["spec"]
         if not show_all and status.get("phase") != "AwaitingApproval":
             continue
-        change = f"{spec['actuator']}={(spec.get('params') or {}).get('value')!r}" if spec["action"] != "read" \
+        change = f"{spec['actuator']}={shown((spec.get('params') or {}).get('value'))}" if spec["action"] != "read" \
             else f"read {spec['actuator']}"
         rows.append((item["metadata"]["name"], spec["device"], change,
                      status.get("risk") or "-", status.get("phase") or "Pending", status.get("code") or "-",
@@ -51,7 +69,7 @@ def intents(ctx: click.Context, kubeconfig: str | None, context: str | None, nam
         click.echo("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + str(row[-1]))
 
 
-@intents.command()
+@intents.command(epilog=EXIT_STATUS)
 @click.argument("device")
 @click.argument("change", metavar="ACTUATOR=VALUE")
 @click.option("--action", help="The actuator's action (default: the one its contract names).")
@@ -88,7 +106,11 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
         raise click.ClickException(submitted.message)
     status = wait_settled(client, namespace, name, wait_s).get("status") or {}
     checked_only = " (dry run)" if status.get("phase") == "DryRun" else ""
-    click.echo(f"{name}: {outcome_code(status)}{checked_only}: {status.get('message', '')}")
+    code = outcome_code(status)
+    message = status.get("message") or (f"No outcome within {wait_s:g} s; see `corral intents --all -n {namespace}`."
+                                        if code == "PENDING" else "")
+    click.echo(f"{name}: {code}{checked_only}: {message}")
+    click.get_current_context().exit(outcomes.exit_status(code))
 
 
 def _action_of(client: kubernetes.client.ApiClient, namespace: str, device: str, actuator: str) -> str:
@@ -112,28 +134,72 @@ def _observation(item: str) -> dict[str, Any]:
     return {"metric": metric, "ts": int(ts)}
 
 
-@click.command()
+WAIT_OPTION = click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=5.0, show_default=True,
+                           help="Seconds to wait for the controller's verdict on your decision (0: do not wait).")
+
+
+@click.command(epilog=DECISION_STATUS)
 @click.argument("name")
 @click.option("--reason", default="", help="Why, in a sentence.")
+@WAIT_OPTION
 @kube_options
-def approve(client: kubernetes.client.ApiClient, namespace: str, name: str, reason: str) -> None:
+def approve(client: kubernetes.client.ApiClient, namespace: str, name: str, reason: str, wait_s: float) -> None:
     """Approve Intent NAME, in your own name, for exactly its current parameters."""
-    _decide(client, namespace, name, "Approve", reason)
+    _decide(client, namespace, name, "Approve", reason, wait_s)
 
 
-@click.command()
+@click.command(epilog=DECISION_STATUS)
 @click.argument("name")
 @click.option("--reason", default="", help="Why, in a sentence (the requester sees it).")
+@WAIT_OPTION
 @kube_options
-def deny(client: kubernetes.client.ApiClient, namespace: str, name: str, reason: str) -> None:
+def deny(client: kubernetes.client.ApiClient, namespace: str, name: str, reason: str, wait_s: float) -> None:
     """Deny Intent NAME, in your own name."""
-    _decide(client, namespace, name, "Deny", reason)
+    _decide(client, namespace, name, "Deny", reason, wait_s)
 
 
-def _decide(client: kubernetes.client.ApiClient, namespace: str, name: str, decision: Any, reason: str) -> None:
+def _decide(client: kubernetes.client.ApiClient, namespace: str, name: str, decision: Literal["Approve", "Deny"],
+            reason: str, wait_s: float) -> None:
     try:
         approval = decide_on(client, namespace, name, decision, reason)
+    except OwnRequest as err:
+        raise Refused(str(err)) from None
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+    made, me = approval["metadata"]["name"], approval["spec"]["approver"]
+    verb = "approval" if decision == "Approve" else "denial"
+    if wait_s <= 0:
+        click.echo(f"{name}: {verb} by {me} made (Approval {made}); not waiting for the controller's verdict")
+        return
+    refusal, intent = _verdict(client, namespace, made, name, wait_s)
+    if refusal is not None:
+        raise Refused(f"Approval {made} by {me} does not count: {refusal}. Intent {name} keeps waiting for a decision "
+                      "that counts.")
+    status = (intent or {}).get("status") or {}
+    if status.get("phase") in (None, "AwaitingApproval"):
+        click.echo(f"{name}: {verb} by {me} made (Approval {made}), but the controller gave no verdict within "
+                   f"{wait_s:g} s (is it running?); see `corral intents --all -n {namespace}`")
+        click.get_current_context().exit(outcomes.UNDECIDED)
+    code = outcome_code(status)
     verb = "approved" if decision == "Approve" else "denied"
-    click.echo(f"{name} {verb} by {approval['spec']['approver']} (Approval {approval['metadata']['name']})")
+    click.echo(f"{name} {verb} by {me} (Approval {made}); the Intent is now {code}: {status.get('message', '')}")
+    if code == "PENDING" or (decision == "Deny" and code == "DENIED_BY_APPROVER"):
+        return  # executing now, or denied as asked
+    click.get_current_context().exit(outcomes.exit_status(code))  # ran (0), or ended otherwise (the code says how)
+
+
+def _verdict(client: kubernetes.client.ApiClient, namespace: str, approval: str, intent: str, wait_s: float,
+             poll_s: float = 0.05) -> tuple[str | None, dict[str, Any] | None]:
+    """The controller's answer to an Approval: why it was refused (and nothing else), or the Intent once it no
+    longer waits for approval; (None, the Intent as it is) if neither came within wait_s."""
+    objects = kubernetes.client.CustomObjectsApi(client)
+    deadline = time.monotonic() + wait_s
+    while True:
+        status = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "approvals", approval).get("status") or {}
+        if status.get("refused"):
+            return str(status.get("message") or "the controller refused it"), None
+        body = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", intent)
+        if ((body.get("status") or {}).get("phase") or "AwaitingApproval") != "AwaitingApproval" \
+                or time.monotonic() > deadline:
+            return None, body
+        time.sleep(poll_s)

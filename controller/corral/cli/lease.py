@@ -11,6 +11,7 @@ import kubernetes
 
 from corral.api.intent import LEASE_ACTUATOR
 from corral.cli.kubeopts import kube_options
+from corral.cli.outcomes import exit_status
 from corral.client.intents import identity, outcome_code, submit, wait_settled
 from corral.reconcile.leases import LABEL, parse
 
@@ -37,7 +38,7 @@ def _ask(client: kubernetes.client.ApiClient, namespace: str, device: str, actio
     code = outcome_code(status)
     click.echo(f"{name}: {code}: {status.get('message', '')}")
     if code != "EXECUTED":
-        raise SystemExit(1)
+        raise SystemExit(exit_status(code))  # corral --help lists what each status means
 
 
 @lease.command("acquire")

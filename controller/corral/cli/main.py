@@ -57,13 +57,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 EXIT_CODES = """\b
-Exit status (corral intents create, approve, deny, lease):
-  0  done: EXECUTED, approved, denied as asked
+Exit status (corral intents create, approve, deny, lease acquire|release|break):
+  0  done: EXECUTED; your approval or denial taken
   1  an error before any outcome (kubeconfig, the API server refused)
   2  a usage error (a bad option or argument)
   3  refused: a DENY_* code, DENIED_BY_APPROVER, RATE_LIMITED, CANCELLED; or your Approval does not count
+     (your own request, no approve verb, not a person: the message says why)
   4  allowed but not done: FAILED, TIMEOUT, DEVICE_GONE
-  5  not decided yet: AWAITING_APPROVAL, or still PENDING when --wait ran out"""
+  5  not decided yet: AWAITING_APPROVAL, or no outcome (no verdict on your Approval) when --wait ran out"""
 
 
 class _Commands(dict[str, click.Command]):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import kubernetes
 
-from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, VERSION
+from corral.api.codes import API_VERSION, CANCEL_ANNOTATION, FINAL_PHASES, GROUP, VERSION
 from corral.decide.idempotency import compare
 
 if TYPE_CHECKING:  # aiohttp, behind it, is a tenth of a second the command line's synchronous calls never need
@@ -118,7 +118,8 @@ def wait_settled(api_client: kubernetes.client.ApiClient, namespace: str, name: 
 def decide_on(api_client: kubernetes.client.ApiClient, namespace: str, intent_name: str,
               decision: Literal["Approve", "Deny"], reason: str = "", lifetime: timedelta = timedelta(minutes=5)
               ) -> dict[str, Any]:
-    """Create an Approval (or a denial) for the Intent as it is now, in the caller's name."""
+    """Create an Approval (or a denial) for the Intent as it is now, in the caller's name. OwnRequest if it is the
+    caller's own request: the controller would refuse that Approval, so it is not made."""
     objects = kubernetes.client.CustomObjectsApi(api_client)
     intent = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", intent_name)
     status = intent.get("status") or {}
@@ -126,8 +127,19 @@ def decide_on(api_client: kubernetes.client.ApiClient, namespace: str, intent_na
         raise ValueError(
             f"Intent {intent_name} is not waiting for approval (phase {status.get('phase') or 'not decided yet'})"
         )
-    body = approval_body(intent, decision, reason, identity(api_client), lifetime)
+    me = identity(api_client)
+    requester, device = intent["spec"]["requester"], intent["spec"]["device"]
+    if me.username == requester:
+        raise OwnRequest(
+            f"Intent {intent_name} is your own request ({requester}); nobody decides on their own request, so the "
+            f"controller would refuse your {decision}. Another person with approve on Device {device} decides; to "
+            f"withdraw it: kubectl annotate intent {intent_name} -n {namespace} {CANCEL_ANNOTATION}=REASON")
+    body = approval_body(intent, decision, reason, me, lifetime)
     return objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvals", body)
+
+
+class OwnRequest(ValueError):
+    """The caller asked to decide on their own request (the two-person rule refuses it)."""
 
 
 def approval_body(intent: dict[str, Any], decision: Literal["Approve", "Deny"], reason: str, me: Identity,
