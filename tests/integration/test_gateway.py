@@ -487,6 +487,8 @@ def test_corral_tools_prints_what_a_caller_would_see(home: Home) -> None:
     reader, operator = tools_as("reader"), tools_as("operator")
     assert "iot.query" in reader and "iot.control" not in reader
     assert "iot.control" in operator and "kitchen-light.power.set_state" in operator
+    others = [line for line in operator.splitlines() if line.startswith(("front-lock.", "hall-fan."))]
+    assert others == [], "only the device asked about: no other device's per-actuator tools"
     hidden = subprocess.run(
         [CORRAL, "tools", "--device", "front-lock", "-n", home.namespace, "--kubeconfig", str(home.plane.kubeconfig),
          "--as", f"system:serviceaccount:{home.namespace}:reader"], capture_output=True, text=True, timeout=60)

@@ -207,17 +207,25 @@ async def _tools_of(caller: Caller, namespace: str, device_name: str) -> tuple[l
         device = view.find(f"{namespace}/{device_name}")
         if device is None:
             return None, view.username or "you"
-        rows = []
-        for tool in view.tools():
-            ids = tool["inputSchema"].get("properties", {}).get("device_id", {}).get("enum")
-            if ids is None or device.id in ids:
-                rows.append((tool["name"], _hints(tool["annotations"])))
-        for name, (d, _, tool) in view.device_tool_map().items():
-            if d.id == device.id and not any(r[0] == name for r in rows):
-                rows.append((name, _hints(tool["annotations"])))
-        return rows, view.username or "you"
+        owners = {name: d.id for name, (d, _, _) in view.device_tool_map().items()}
+        return tools_for_device(view.tools(), owners, device.id), view.username or "you"
     finally:
         view.stop()
+
+
+def tools_for_device(tools: list[dict[str, Any]], owners: dict[str, str], device_id: str) -> list[tuple[str, str]]:
+    """The tools that can act on this device, with their hints: the shared tools whose device_id may name it (or
+    that take no device) and its own per-actuator tools, never another device's (`owners`: tool name -> device id)."""
+    rows = []
+    for tool in tools:
+        if tool["name"] in owners:
+            if owners[tool["name"]] == device_id:
+                rows.append((tool["name"], _hints(tool["annotations"])))
+            continue
+        ids = tool["inputSchema"].get("properties", {}).get("device_id", {}).get("enum")
+        if ids is None or device_id in ids:
+            rows.append((tool["name"], _hints(tool["annotations"])))
+    return rows
 
 
 def _hints(annotations: dict[str, Any]) -> str:
