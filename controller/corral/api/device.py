@@ -21,6 +21,13 @@ ActuatorStates = Annotated[
 ]
 
 
+# A person's freshness limit for cited readings of one metric (seconds): what contract.freshness derives otherwise.
+FreshnessLimits = Annotated[
+    dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)], Annotated[float, Field(ge=0.1, le=3600)]],
+    Field(max_length=64),
+]
+
+
 class Overlay(KubeModel):
     """What people say about the device; agents read it, it never reaches the device."""
 
@@ -56,6 +63,15 @@ class DeviceSpec(KubeModel):
             "A person accepts this Capability (the name in status.capability) for a Device held because its "
             "contract changed in a way that asks for more trust (ContractAccepted=False). Set by `corral devices "
             "accept-contract`; changing it needs the approve verb on the Device."
+        ),
+    )
+    freshness: FreshnessLimits | None = Field(
+        default=None,
+        description=(
+            "A person's limit, metric -> seconds (0.1 to 3600), on how long ago a reading of this Device's sensor may "
+            "have been received for an Intent to cite it (basedOn). It replaces the limit the contract's publish "
+            "interval gives (2.5 x interval, capped by the cluster). Setting or changing it needs the approve verb on "
+            "the Device."
         ),
     )
     drift: Literal["Enforce", "Observe"] = Field(

@@ -13,6 +13,7 @@ their own Intent) the controller enforces.
 Accepting a Device's changed contract (`spec.acceptCapability`) trusts the device with more than before,
 so it needs the same right as approving one of its actions: the `approve` verb on that Device. Whoever
 may patch Devices (a person's `kubectl apply`) may not accept a contract with it unless they may approve.
+The same holds for a Device's `spec.freshness` (how old a cited reading may be).
 
 An `ApprovalGrant` must list the values it covers or give a range (its Devices are checked by the CRD).
 
@@ -157,6 +158,20 @@ def _accept_contract_policy(name: str) -> list[dict[str, Any]]:
     return _policy(name, "devices", [(f"{accepted} == {before} || {may_approve}", message)])
 
 
+def _freshness_policy(name: str) -> list[dict[str, Any]]:
+    """spec.freshness decides how old a reading an approval or a grant relies on may be: an approver's call, like
+    accepting a contract, so it needs the approve verb on the Device (which agents' roles never carry)."""
+    unchanged = ("(!has(object.spec.freshness) && (oldObject == null || !has(oldObject.spec.freshness))) || "
+                 "(oldObject != null && has(object.spec.freshness) && has(oldObject.spec.freshness) && "
+                 "object.spec.freshness == oldObject.spec.freshness)")
+    may_approve = ("authorizer.group('corral.dev').resource('devices').namespace(object.metadata.namespace)"
+                   ".name(object.metadata.name).check('approve').allowed()")
+    message = ("'spec.freshness sets how old a cited reading of devices/' + object.metadata.name + ' may be, which "
+               "needs the approve verb on it (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
+               "approver to set it.'")
+    return _policy(name, "devices", [(f"{unchanged} || {may_approve}", message)])
+
+
 def _pause_policy(name: str) -> list[dict[str, Any]]:
     """Whoever pauses or resumes agents is named by the API server: spec.by is the writer's username on every
     create and update (a pause is rewritten by each person who resumes or pauses again)."""
@@ -181,5 +196,6 @@ def admission_policies() -> list[dict[str, Any]]:
         *_identity_policy("corral-grant-grantor", "approvalgrants", "ApprovalGrant", "grantor", "An"),
         *_grant_bounds_policy("corral-grant-bounds"),
         *_accept_contract_policy("corral-device-accept-contract"),
+        *_freshness_policy("corral-device-freshness"),
         *_pause_policy("corral-agents-pause-by"),
     ]

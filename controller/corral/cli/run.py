@@ -77,8 +77,13 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
                    "file is cut once 8 MiB of it are read.")
 @click.option("--approvals", "approvals", multiple=True, metavar="RISK=N",
               help="Approvals an Intent of this risk needs (repeatable); default low=0 medium=1 high=1 critical=1.")
-@click.option("--freshness", type=float, default=2.0, show_default=True,
-              help="Seconds a sensor reading an Intent relies on (basedOn) may be old.")
+@click.option("--freshness", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Seconds a sensor reading an Intent relies on (basedOn) may be old, for sensors whose contract "
+                   "declares no publish interval (otherwise 2.5 x the interval, up to --freshness-cap).")
+@click.option("--freshness-cap", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="The most seconds a declared publish interval may make a cited reading's limit: a device cannot "
+                   "make old data fresh by declaring a long interval. A person's spec.freshness on a Device is not "
+                   "capped.")
 @click.option("--approval-window", type=float, default=300.0, show_default=True,
               help="Seconds an Intent waits for approval, and an approval stays good.")
 @click.option("--rate-limit", "rate_limit", default="30/60", show_default=True, metavar="CALLS/SECONDS",
@@ -176,6 +181,7 @@ def run(
     broker_log: str | None,
     approvals: tuple[str, ...],
     freshness: float,
+    freshness_cap: float,
     approval_window: float,
     rate_limit: RateLimit,
     people_namespace: str,
@@ -278,6 +284,7 @@ def run(
         required[risk] = int(count)
     intent_settings = IntentSettings(
         policy=Policy(approvals_required=required, freshness=timedelta(seconds=freshness),
+                      freshness_cap=timedelta(seconds=freshness_cap),
                       approval_window=timedelta(seconds=approval_window),
                       hold_window=timedelta(seconds=contract_hold_window),
                       people=_people(people_namespace, approver_service_accounts),

@@ -42,17 +42,20 @@ def wording_changes(old: Contract, new: Contract) -> list[str]:
         for field in ("name", "description"):
             if kept is not None and getattr(kept, field) != getattr(actuator, field):
                 lines.append(f"actuator {actuator.id}: {field} changed to {quoted(getattr(actuator, field))}")
-    lines += _list_changes("sensor", {s.metric: s for s in old.sensors}, {s.metric: s for s in new.sensors})
+    # A sensor's interval is judged by how it moves the freshness limit (contract.trust), not as wording.
+    lines += _list_changes("sensor", {s.metric: s for s in old.sensors}, {s.metric: s for s in new.sensors},
+                           ignore=frozenset({"interval_s"}))
     lines += _list_changes("event", {e.name: e for e in old.events}, {e.name: e for e in new.events})
     return lines
 
 
-def _list_changes(what: str, old: Mapping[str, BaseModel], new: Mapping[str, BaseModel]) -> list[str]:
+def _list_changes(what: str, old: Mapping[str, BaseModel], new: Mapping[str, BaseModel],
+                  ignore: frozenset[str] = frozenset()) -> list[str]:
     lines = [f"{what} {key} removed" for key in sorted(old.keys() - new.keys())]
     lines += [f"{what} {key} added" for key in sorted(new.keys() - old.keys())]
     for key in sorted(old.keys() & new.keys()):
         before, after = old[key].model_dump(exclude_none=True), new[key].model_dump(exclude_none=True)
-        for field in sorted(before.keys() | after.keys()):
+        for field in sorted((before.keys() | after.keys()) - ignore):
             if before.get(field) != after.get(field):
                 value = after.get(field)
                 lines.append(f"{what} {key}: {field} changed" + (f" to {quoted(value)}" if isinstance(value, str) else ""))

@@ -60,6 +60,11 @@ class Range(_Frozen):
         return self
 
 
+# A sensor's publish interval: faster than 10 a second is a flood, not telemetry; slower than daily is not live.
+SENSOR_MIN_INTERVAL_S = 0.1
+SENSOR_MAX_INTERVAL_S = 86400.0
+
+
 class Sensor(_Frozen):
     """One measured quantity, reported on the telemetry topic."""
 
@@ -67,6 +72,12 @@ class Sensor(_Frozen):
     unit: Unit = Field(default="", description="Unit of the value, e.g. °C, %, g.")
     range: Range | None = Field(default=None, description="Physically plausible values; outside them a reading is malformed.")
     description: Description = Field(default="", description="What the sensor measures, for people and agents.")
+    interval_s: float | None = Field(
+        default=None, ge=SENSOR_MIN_INTERVAL_S, le=SENSOR_MAX_INTERVAL_S,
+        description=("Seconds between two samples the device publishes (0.1 to 86400). A cited sample may be at most "
+                     "2.5 intervals old, capped by the cluster (contract.freshness); without it the cluster's default "
+                     "applies. A longer interval is a contract change a person accepts."),
+    )
 
 
 FAILSAFE_MIN_DELAY_S = 1.0

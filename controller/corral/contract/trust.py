@@ -14,7 +14,9 @@ credential) could declare `risk: low` for a lock. The cluster therefore keeps tw
   steer how people and agents judge the device, and every changed contract is a new Capability, so a
   device re-announcing new words each time would otherwise mint cluster-wide objects at will. Narrowing
   changes (an actuator removed, a range narrowed, new firmware with the same contract otherwise) are
-  accepted by themselves.
+  accepted by themselves. A sensor's publish interval counts by what it does to the freshness limit of cited
+  readings (contract.freshness): lengthened, it is held; shortened, it is not; declared where a contract had
+  none, it is held only if readings would count as fresh for longer than the cluster's default allowed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from corral.contract.diff import wording_changes
+from corral.contract.freshness import DEFAULT_RULE, FreshnessRule
 from corral.contract.model import Actuator, Contract, Risk
 
 RISKS: tuple[Risk, ...] = ("low", "medium", "high", "critical")
@@ -87,8 +90,10 @@ def with_floors(contract: Contract, floors: RiskFloors, namespace: str = "", dev
     return contract.model_copy(update={"actuators": raised})
 
 
-def widenings(accepted: Contract, announced: Contract) -> list[str]:
-    """What in `announced` asks for more trust than `accepted`; empty when it may be accepted by itself."""
+def widenings(accepted: Contract, announced: Contract, freshness: FreshnessRule = DEFAULT_RULE) -> list[str]:
+    """What in `announced` asks for more trust than `accepted`; empty when it may be accepted by itself.
+    `freshness` is the cluster's rule for cited readings: a sensor interval that lets older readings count as
+    fresh asks for more trust."""
     reasons: list[str] = []
     if announced.model != accepted.model:
         reasons.append(f"model changed ({accepted.model} -> {announced.model}; risk floors are per model)")
@@ -98,6 +103,12 @@ def widenings(accepted: Contract, announced: Contract) -> list[str]:
             reasons.append(f"actuator {actuator.id} added ({actuator.action}, risk {actuator.risk})")
             continue
         reasons += [f"actuator {actuator.id}: {why}" for why in _actuator_widenings(before, actuator)]
+    kept = {s.metric: s for s in accepted.sensors}
+    for sensor in announced.sensors:
+        old = kept.get(sensor.metric)
+        why = freshness.widening(old.interval_s, sensor.interval_s) if old is not None else None
+        if why is not None:
+            reasons.append(f"sensor {sensor.metric}: {why}")
     return reasons + wording_changes(accepted, announced)
 
 
@@ -160,7 +171,7 @@ class Acceptance:
 
 
 def judge(announced: Contract, announced_name: str, accepted: Contract | None, accepted_name: str | None,
-          person_accepts: str | None, check_versions: bool) -> Acceptance:
+          person_accepts: str | None, check_versions: bool, freshness: FreshnessRule = DEFAULT_RULE) -> Acceptance:
     """The announced contract against the accepted one (the Capability `accepted_name`, `accepted` its contract,
     None if that Capability is gone) and a person's acceptance (`spec.acceptCapability`)."""
     if accepted_name is None or announced_name == accepted_name:
@@ -175,5 +186,5 @@ def judge(announced: Contract, announced_name: str, accepted: Contract | None, a
         return Acceptance(accepted_name, hold=(f"the accepted contract (Capability {accepted_name}) is gone, so the "
                                                "announced one cannot be compared with it",),
                           hold_reason="AcceptedContractGone")
-    reasons = widenings(accepted, announced)
+    reasons = widenings(accepted, announced, freshness)
     return Acceptance(accepted_name, hold=tuple(reasons)) if reasons else Acceptance(announced_name)

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from corral.api.codes import DecisionCode
 from corral.api.intent import LEASE_ACTIONS, LEASE_ACTUATOR, OVERLAY_ACTIONS, OVERLAY_LIMITS, OVERLAY_VERB
 from corral.api.pause import Paused
+from corral.contract.freshness import FACTOR, FreshnessRule
 from corral.contract.model import Actuator, Contract, Risk
 from corral.contract.text import bounded
 from corral.contract.values import InvalidValue, Value, check, shown
@@ -44,7 +45,10 @@ class Policy:
     approvals_required: dict[str, int] = field(
         default_factory=lambda: {"low": 0, "medium": 1, "high": 1, "critical": 1}
     )
+    # How old a cited reading may be when its sensor declares no interval, and the most any interval may allow
+    # (contract.freshness: 2.5 x the declared interval otherwise).
     freshness: timedelta = timedelta(seconds=2)
+    freshness_cap: timedelta = timedelta(seconds=60)
     # How long a request may wait for a human, and how long an approval is good for.
     approval_window: timedelta = timedelta(minutes=5)
     # How long a request waits for a person to accept a held device's changed contract.
@@ -56,6 +60,9 @@ class Policy:
     lease_max_ttl: timedelta = timedelta(hours=1)
     # Requests that may reach a device, per requester (corral run --rate-limit; none unless set).
     rate_limit: RateLimit = field(default_factory=RateLimit)
+
+    def freshness_rule(self) -> FreshnessRule:
+        return FreshnessRule(self.freshness.total_seconds(), self.freshness_cap.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -80,12 +87,15 @@ class Evidence:
 
     `cited` maps (device id, metric, ts) to the first arrival of that very sample; `freshest` maps (device id,
     metric) to the newest sample received. The buffers live in memory: nothing received before `since` (the
-    controller's start) can be matched.
+    controller's start) can be matched. `intervals` maps (device id, metric) to the publish interval the trusted
+    contract declares, `overrides` to a person's limit on the Device (spec.freshness), both in seconds.
     """
 
     cited: Mapping[tuple[str, str, int], Received] = field(default_factory=dict)
     freshest: Mapping[tuple[str, str], Received] = field(default_factory=dict)
     since: datetime | None = None
+    intervals: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    overrides: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -609,11 +619,12 @@ RECHECKED = frozenset({"withdrawn", "RBAC verb", "agents paused", "contract hold
 
 def _check_observations(case: Case) -> str | None:
     """Every cited reading must be a sample the controller received (same device ts), received recently enough
-    by the controller's own clock; the message names the freshest sample the agent could have cited instead."""
+    by the controller's own clock (its sensor's limit, contract.freshness); the message names the limit, the
+    freshest sample the agent could have cited instead and when the next one is due."""
     intent, device, contract, evidence = case.intent, case.device, case.device.contract, case.evidence
     assert contract is not None
     now_ms = case.now.timestamp() * 1000
-    freshness_s = case.policy.freshness.total_seconds()
+    rule = case.policy.freshness_rule()
     metrics = {s.metric for s in contract.sensors}
     for obs in intent.based_on:
         source = obs.device_id or device.device_id or intent.device
@@ -626,21 +637,49 @@ def _check_observations(case: Case) -> str | None:
         if cited is None:
             return (f"Observation {label} at ts={obs.ts_ms} is not a sample the controller received. "
                     + _freshest(evidence, source, obs.metric, now_ms))
+        key = (source, obs.metric)
+        interval, override = evidence.intervals.get(key), evidence.overrides.get(key)
+        limit_s = rule.limit_s(interval, override)
         age_s = (now_ms - cited.received_ms) / 1000
-        if age_s > freshness_s:
+        if age_s > limit_s:
             return (f"Observation {label} at ts={obs.ts_ms} was received {age_s:.1f} s ago; decisions may rely only on "
-                    f"readings received within {freshness_s:g} s. " + _freshest(evidence, source, obs.metric, now_ms))
+                    f"readings of {label} received within {limit_s:g} s ({_limit_origin(rule, interval, override)}). "
+                    + _freshest(evidence, source, obs.metric, now_ms, obs.ts_ms))
     return None
 
 
-def _freshest(evidence: Evidence, source: str, metric: str, now_ms: float) -> str:
+def _limit_origin(rule: FreshnessRule, interval: float | None, override: float | None) -> str:
+    if override is not None:
+        return "set for this Device by a person, spec.freshness"
+    if interval is None:
+        return "the cluster's default: its contract declares no publish interval"
+    if rule.limit_s(interval) < FACTOR * interval:
+        return f"the cluster's cap; its contract declares a sample every {interval:g} s"
+    return f"{FACTOR:g} x the {interval:g} s publish interval its contract declares"
+
+
+def _freshest(evidence: Evidence, source: str, metric: str, now_ms: float, cited_ts: int | None = None) -> str:
     newest = evidence.freshest.get((source, metric))
     if newest is None:
         since = f" since the controller started at {evidence.since:%H:%M:%S} UTC" if evidence.since else ""
         return (f"No sample of {source}/{metric} has arrived{since} (readings are kept in memory, so a restarted "
                 "controller has none until the device sends again); wait for a new reading (iot.read) and cite it.")
-    return (f"The freshest sample the controller has is ts={newest.ts} (value {shown(newest.value)}, received "
-            f"{(now_ms - newest.received_ms) / 1000:.1f} s ago); read again (iot.read) and cite a fresh one.")
+    age = f"{(now_ms - newest.received_ms) / 1000:.1f} s ago"
+    interval = evidence.intervals.get((source, metric))
+    if interval is None:
+        due = "The device declares no publish interval, so when the next one comes is unknown"
+    else:
+        due_ms = newest.received_ms + interval * 1000
+        when = datetime.fromtimestamp(due_ms / 1000, UTC)
+        delta = (due_ms - now_ms) / 1000
+        due = (f"The next sample is due at {when:%H:%M:%S}.{when.microsecond // 100000} UTC "
+               + (f"(in {delta:.1f} s)" if delta >= 0 else f"({-delta:.1f} s ago, so it is late)"))
+    if newest.ts == cited_ts:
+        return (f"It is the freshest sample the controller has (value {shown(newest.value)}, received {age}). {due}; "
+                "read again (iot.read) once it has arrived and cite it, or ask iot.control to wait for it "
+                "(wait_for_fresh_s).")
+    return (f"The freshest sample the controller has is ts={newest.ts} (value {shown(newest.value)}, received {age}). "
+            f"{due}; read again (iot.read) and cite a fresh one.")
 
 
 def _final(code: Code, message: str, working: _Working | Risk | None = None, level: str | None = None) -> Decision:

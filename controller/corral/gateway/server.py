@@ -37,7 +37,7 @@ from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
 from corral.client.intents import outcome_code, submit_async
 from corral.contract.text import bounded, quoted_data, safe_data
-from corral.gateway import readings, tasks
+from corral.gateway import fresh, readings, tasks
 from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
 from corral.gateway.toolset import (
@@ -50,7 +50,7 @@ from corral.gateway.toolset import (
     overlay_spec,
 )
 from corral.gateway.view import CallerView, Views
-from corral.gateway.visible import INDEX_URI
+from corral.gateway.visible import INDEX_URI, VisibleDevice
 from corral.obs import metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -343,14 +343,33 @@ class Gateway:
         if device.namespace not in view.grants().create_intents:
             raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.", "DENY_SCOPE")
         request_id, spec = intent_spec(device, args, view.username or "", view.mqtt_id_of)
+        try:
+            wait_for_fresh = fresh.wait_of(args)
+        except fresh.WaitError as err:
+            raise ArgumentError(str(err)) from None
         paused = await self._paused_refusal(view, device.namespace, {"request_id": request_id})
         if paused is not None:
             return paused
+        cited = None
+        if wait_for_fresh and spec.get("basedOn"):
+            spec["basedOn"], cited = await fresh.freshen(spec["basedOn"], device, view_by_mqtt_id(view),
+                                                         self._latest_of(view), wait_for_fresh)
         with tracing.tracer().start_as_current_span("corral.gateway.control", attributes={
                 "corral.device": device.id, "corral.actuator": spec["actuator"], "corral.request_id": request_id}) as span:
             outcome = await self._submit_and_settle(view, device.namespace, request_id, spec)
             span.set_attribute("corral.code", outcome["code"])
-        return _ok(outcome)
+        return _ok(outcome if cited is None else {**outcome, "cited": cited})
+
+    def _latest_of(self, view: CallerView) -> fresh.Latest:
+        """The newest sample of a device's metric, read with the caller's identity; None when there is none."""
+        async def latest(device: VisibleDevice, metric: str) -> dict[str, Any] | None:
+            try:
+                document = await self._readings(view, device.namespace, device.name, [metric], 0)
+            except readings.ReadingsUnavailable:
+                return None
+            samples = ((document.get("metrics") or {}).get(metric) or {}).get("samples") or []
+            return samples[-1] if samples else None
+        return latest
 
     async def _submit_and_settle(self, view: CallerView, namespace: str, request_id: str, spec: dict[str, Any]
                                  ) -> dict[str, Any]:
@@ -565,6 +584,13 @@ class Gateway:
         values = [c for c in candidates if c.startswith(typed)]
         return types.CompleteResult(completion=types.Completion(
             values=values[:100], total=len(values), has_more=len(values) > 100))
+
+
+def view_by_mqtt_id(view: CallerView) -> Callable[[str], VisibleDevice | None]:
+    """The visible device that speaks as this MQTT device id (what an Intent's basedOn names)."""
+    def find(mqtt_id: str) -> VisibleDevice | None:
+        return next((d for d in view.visible() if (d.body.get("spec") or {}).get("deviceId") == mqtt_id), None)
+    return find
 
 
 def _visible_device(view: CallerView, device_id: Any) -> Any:

@@ -89,7 +89,8 @@ class Controller:
                                          sees_every_namespace=not config.watch_namespaces,
                                          announced=self._announced_capabilities)
         trust = ContractTrust(self.capabilities, self.devices, config.risk_floors,
-                              check_versions=config.require_signatures)
+                              check_versions=config.require_signatures,
+                              freshness=intent_settings.policy.freshness_rule())
         self.ingest = Ingest(topics, self.fleet, self.queue, self.driver, notices, config.coalescing,
                              bound=lambda device_id: bool(self.devices.bound(device_id)), trust=trust,
                              require_signatures=config.require_signatures, signing_keys=signing_keys,

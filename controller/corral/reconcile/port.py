@@ -108,6 +108,8 @@ class FleetPort:
         """What the buffers hold for these (device id, metric, ts) citations: that very sample, and the freshest."""
         cited: dict[tuple[str, str, int], Received] = {}
         freshest: dict[tuple[str, str], Received] = {}
+        intervals: dict[tuple[str, str], float] = {}
+        overrides: dict[tuple[str, str], float] = {}
         for device_id, metric, ts in citations:
             ring = self.rings(device_id).get(metric)
             found = ring.first_with_ts(ts) if ring is not None else None
@@ -116,7 +118,26 @@ class FleetPort:
                 cited[(device_id, metric, ts)] = Received(found.ts, found.received_ms, found.value)
             if newest is not None:
                 freshest[(device_id, metric)] = Received(newest.ts, newest.received_ms, newest.value)
-        return Evidence(cited, freshest, self.started)
+            interval, override = self._freshness_of(device_id, metric)
+            if interval is not None:
+                intervals[(device_id, metric)] = interval
+            if override is not None:
+                overrides[(device_id, metric)] = override
+        return Evidence(cited, freshest, self.started, intervals, overrides)
+
+    def _freshness_of(self, device_id: str, metric: str) -> tuple[float | None, float | None]:
+        """The metric's publish interval in the contract the device is trusted with (a held contract's longer
+        interval does not count until a person accepts it), and a person's limit on its Device."""
+        rt = self.fleet.get(device_id)
+        contract = rt.contract if rt is not None else None
+        if rt is not None and rt.hold:
+            contract = self.trust.capabilities.contract(rt.accepted_capability, device_id)
+        sensor = next((s for s in contract.sensors if s.metric == metric), None) if contract is not None else None
+        body = next(iter(self.devices.bound(device_id)), None)
+        limits = ((body or {}).get("spec") or {}).get("freshness") or {}
+        override = limits.get(metric)
+        return (sensor.interval_s if sensor is not None else None,
+                float(override) if isinstance(override, int | float) and not isinstance(override, bool) else None)
 
     async def read_state(self, device_id: str) -> dict[str, Any]:
         """The device's full state, asked from the device now (get_state); TimeoutError if it does not answer."""

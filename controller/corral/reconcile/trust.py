@@ -3,6 +3,7 @@ the controller holds: the Device's status and spec, the Capabilities, the risk f
 
 from __future__ import annotations
 
+from corral.contract.freshness import DEFAULT_RULE, FreshnessRule
 from corral.contract.model import Contract
 from corral.contract.trust import RiskFloors, judge, with_floors
 from corral.reconcile.cache import Body, DeviceCache
@@ -12,11 +13,12 @@ from corral.reconcile.runtime import DeviceRuntime
 
 class ContractTrust:
     def __init__(self, capabilities: Capabilities, devices: DeviceCache, floors: RiskFloors,
-                 check_versions: bool) -> None:
+                 check_versions: bool, freshness: FreshnessRule = DEFAULT_RULE) -> None:
         self.capabilities = capabilities
         self.devices = devices
         self.floors = floors
         self.check_versions = check_versions
+        self.freshness = freshness  # the cluster's freshness rule: what a changed sensor interval is judged by
 
     def judge(self, rt: DeviceRuntime, body: Body | None = None) -> str | None:
         """Set what the device is trusted with (`rt.accepted_capability`, `rt.hold`) for its announced contract;
@@ -34,7 +36,7 @@ class ContractTrust:
             rt.accepted_capability = status.get("acceptedCapability") or status.get("capability")
         accepted = self.capabilities.contract(rt.accepted_capability, rt.device_id)
         verdict = judge(rt.contract, rt.capability, accepted, rt.accepted_capability, spec.get("acceptCapability"),
-                        self.check_versions)
+                        self.check_versions, self.freshness)
         if verdict.refused is not None:
             return verdict.refused
         rt.accepted_capability, rt.hold, rt.hold_reason = verdict.accepted, verdict.hold, verdict.hold_reason
