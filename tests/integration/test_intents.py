@@ -411,10 +411,14 @@ def test_cli_exit_statuses_tell_refusals_from_successes_and_a_refused_approval_i
     assert (denied.returncode, "DENY_SCOPE" in denied.stdout) == (3, True), denied
     done = run("operator", "intents", "create", "kitchen-light", "power=true", "--action", "set_state", "--reason", "t")
     assert (done.returncode, ": EXECUTED: " in done.stdout, "power=true" in done.stdout) == (0, True, True), done
-    # A dry run of a high-risk change would wait (5), and does not send anyone to approve what cannot be approved.
+    # A dry run of a high-risk change would wait: that is its answer (0), and it does not send anyone to approve
+    # what cannot be approved; a dry run that would be refused exits 3.
     dry = run("operator", "intents", "create", "front-lock", "locked=true", "--action", "set_state", "--reason", "t",
               "--dry-run")
-    assert (dry.returncode, "AWAITING_APPROVAL (dry run)" in dry.stdout) == (5, True), dry
+    assert (dry.returncode, "AWAITING_APPROVAL (dry run)" in dry.stdout) == (0, True), dry
+    dry_denied = run("reader", "intents", "create", "front-lock", "locked=true", "--action", "set_state", "--reason",
+                     "t", "--dry-run")
+    assert (dry_denied.returncode, "DENY_SCOPE (dry run)" in dry_denied.stdout) == (3, True), dry_denied
     assert "corral approve" not in dry.stdout and "cannot be approved" in dry.stdout
 
     # The requester's own approval is refused before it is made (exit 3), saying why and what to do instead.

@@ -20,9 +20,10 @@ from corral.contract.text import written_text
 from corral.contract.values import shown
 
 EXIT_STATUS = """\b
-Exit status: 0 EXECUTED (a dry run: it would execute); 3 refused (DENY_*, DENIED_BY_APPROVER, RATE_LIMITED,
-CANCELLED); 4 allowed but not done (FAILED, TIMEOUT, DEVICE_GONE); 5 not decided yet (AWAITING_APPROVAL, or
-PENDING when --wait ran out); 1 an error before any outcome; 2 a bad option or argument."""
+Exit status: 0 EXECUTED; 3 refused (DENY_*, DENIED_BY_APPROVER, RATE_LIMITED, CANCELLED); 4 allowed but not
+done (FAILED, TIMEOUT, DEVICE_GONE); 5 not decided yet (AWAITING_APPROVAL, or PENDING when --wait ran out);
+1 an error before any outcome; 2 a bad option or argument. A dry run: 0 it would execute or wait for a person,
+3 it would be refused."""
 DECISION_STATUS = """\b
 Exit status: 0 the controller took your decision; 3 it refused your Approval (your own request, no approve
 verb, not a person, ...: the message says why) and the Intent keeps waiting; 5 no verdict within --wait;
@@ -110,6 +111,8 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
     message = status.get("message") or (f"No outcome within {wait_s:g} s; see `corral intents --all -n {namespace}`."
                                         if code == "PENDING" else "")
     click.echo(f"{name}: {code}{checked_only}: {message}")
+    if checked_only and code in ("AWAITING_APPROVAL", "PENDING"):
+        return  # a dry run is decided once it is checked: waiting for a person is an answer, not a refusal
     click.get_current_context().exit(outcomes.exit_status(code))
 
 

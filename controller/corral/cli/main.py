@@ -64,7 +64,8 @@ Exit status (corral intents create, approve, deny, lease acquire|release|break):
   3  refused: a DENY_* code, DENIED_BY_APPROVER, RATE_LIMITED, CANCELLED; or your Approval does not count
      (your own request, no approve verb, not a person: the message says why)
   4  allowed but not done: FAILED, TIMEOUT, DEVICE_GONE
-  5  not decided yet: AWAITING_APPROVAL, or no outcome (no verdict on your Approval) when --wait ran out"""
+  5  not decided yet: AWAITING_APPROVAL, or no outcome (no verdict on your Approval) when --wait ran out
+  (a dry run: 0 it would execute or wait for a person, 3 it would be refused)"""
 
 
 class _Commands(dict[str, click.Command]):
