@@ -108,6 +108,25 @@ def plan_accounts(topics: Topics, wanted: Mapping[str, Account], clients: list[d
     return commands
 
 
+# What the plugin does to a connected client when a command about it succeeds: disabling, deleting or modifying a
+# client, or modifying its role, throws it off the broker ("kicks" it) without its Last Will, so its retained
+# status still says `online` (Mosquitto 2.0, plugins/dynamic-security: mosquitto_kick_client_by_username(.., false)).
+KICKING_CLIENT_COMMANDS = {"disableClient": "its broker account was disabled (revoked)",
+                           "deleteClient": "its broker account was deleted",
+                           "modifyClient": "its broker account was changed (a new password, after a rotation)"}
+
+
+def disconnects(command: Command) -> tuple[str, str] | None:
+    """(device id, why) of the device a successful command throws off the broker, or None when it throws off none
+    of this prefix's devices. A device whose account still works reconnects, and says `online` again itself."""
+    name = command.get("command")
+    if name in KICKING_CLIENT_COMMANDS and command.get("username"):
+        return str(command["username"]), KICKING_CLIENT_COMMANDS[str(name)]
+    if name == "modifyRole" and str(command.get("rolename") or "").startswith(ROLE_PREFIX):
+        return str(command["rolename"])[len(ROLE_PREFIX):], "its broker role was changed"
+    return None
+
+
 def mosquitto_acl_file(topics: Topics, controller: str) -> str:
     """The same rules for a Mosquitto that Corral does not manage (its `acl_file`): `%u` is the username,
     or with `use_identity_as_username` the client certificate's CN, which is the device id. The broker's

@@ -7,6 +7,12 @@ The controller is the only writer of device accounts. It reads the enrollment Se
 back from the Secrets. Revoked enrollments are disabled (the broker disconnects the device), deleted ones
 deleted. A namespace enrolls at most `limit` devices; enrollments beyond it (the newest) get no account,
 and a Warning Event on their Device says why.
+
+Disabling, deleting or changing an account throws its device off the broker without its Last Will, so the
+device's retained status still says `online`. The broker's answer to such a command is the moment the device is
+gone: `on_kicked` is told right then, on the loop, in the order the link delivers messages, so a device that
+reconnects (it has the new password) and says `online` again is heard after, and wins. A revoked device stays
+barred (`barred`): a retained `online` of it, read after a restart, is an old word.
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from corral.client.enroll import Credential, credential_of
-from corral.devices.accounts import CONTROL_TOPIC, Account, plan_accounts
+from corral.devices.accounts import CONTROL_TOPIC, Account, Command, disconnects, plan_accounts
 from corral.devices.link import MqttLink
 from corral.devices.topics import Topics
 from corral.reconcile.cache import Body, Key, key_of
@@ -38,8 +45,10 @@ ENROLLMENT_FACTS = {"createClient": "device.enrolled", "enableClient": "device.e
 
 
 class BrokerAccounts:
-    def __init__(self, link: MqttLink, topics: Topics, notices: DeviceNotices, limit_per_namespace: int) -> None:
+    def __init__(self, link: MqttLink, topics: Topics, notices: DeviceNotices, limit_per_namespace: int,
+                 on_kicked: Callable[[str, str], None] = lambda device_id, why: None) -> None:
         self.link = link
+        self.on_kicked = on_kicked  # (device id, why): the broker threw it off without its Will
         self.topics = topics
         self.notices = notices
         self.limit = limit_per_namespace
@@ -47,6 +56,8 @@ class BrokerAccounts:
         self._dirty = asyncio.Event()
         # Questions to the plugin by correlation id: every controller on a broker hears every answer.
         self._answers: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        self._asked: dict[str, list[Command]] = {}  # what each question asked, to know whom an answer kicked
+        self._by_device: dict[str, set[Key]] = {}  # device id -> its enrollment Secrets
         self._refused: set[str] = set()
         self.synced = asyncio.Event()  # the broker matched the enrollments at least once
         self._task: asyncio.Task[None] | None = None
@@ -57,13 +68,22 @@ class BrokerAccounts:
         key = key_of(body)
         credential = credential_of(body) if event_type != "DELETED" else None
         if credential is None:
-            if self._enrollments.pop(key, None) is not None:
+            old = self._enrollments.pop(key, None)
+            if old is not None:
+                self._by_device.get(old[1].device_id, set()).discard(key)
                 self._dirty.set()
             return
         created = body["metadata"].get("creationTimestamp") or ""
         if self._enrollments.get(key) != (created, credential):
             self._enrollments[key] = (created, credential)
+            self._by_device.setdefault(credential.device_id, set()).add(key)
             self._dirty.set()
+
+    def barred(self, device_id: str) -> bool:
+        """Whether the enrollment that makes this device id's account (the oldest) is revoked: the broker refuses
+        it, so it cannot be online, whatever an old retained status says."""
+        enrolled = [(self._enrollments[key], key) for key in self._by_device.get(device_id, ()) if key in self._enrollments]
+        return bool(enrolled) and min(enrolled, key=lambda e: (e[0][0], e[1]))[0][1].revoked
 
     def on_connected(self) -> None:
         for answer in self._answers.values():  # asked on the old connection: never answered now
@@ -78,6 +98,13 @@ class BrokerAccounts:
         except (ValueError, AttributeError):
             return
         question = str((responses[0] if responses else {}).get("correlationData") or "").split("/")[0]
+        asked = self._asked.pop(question, [])
+        for response in responses:
+            index = str(response.get("correlationData") or "").partition("/")[2]
+            command = asked[int(index)] if index.isdigit() and int(index) < len(asked) else None
+            kicked = disconnects(command) if command is not None and not response.get("error") else None
+            if kicked is not None:
+                self.on_kicked(*kicked)
         answer = self._answers.pop(question, None)
         if answer is not None and not answer.done():
             answer.set_result(responses)
@@ -152,12 +179,14 @@ class BrokerAccounts:
         question = uuid.uuid4().hex
         answer: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._answers[question] = answer
+        self._asked[question] = commands
         tagged = [{**command, "correlationData": f"{question}/{i}"} for i, command in enumerate(commands)]
         self.link.publish(CONTROL_TOPIC, {"commands": tagged})
         try:
             return await asyncio.wait_for(answer, ANSWER_S)
         finally:
             self._answers.pop(question, None)
+            self._asked.pop(question, None)
 
 
 def _data(responses: list[dict[str, Any]], command: str) -> dict[str, Any]:

@@ -94,12 +94,16 @@ class Controller:
         self.ingest = Ingest(topics, self.fleet, self.queue, self.driver, notices, config.coalescing,
                              bound=lambda device_id: bool(self.devices.bound(device_id)), trust=trust,
                              require_signatures=config.require_signatures, signing_keys=signing_keys,
-                             limits=DeviceLimits(config.device_message_rate, config.device_message_burst))
+                             limits=DeviceLimits(config.device_message_rate, config.device_message_burst),
+                             barred=lambda device_id: self.accounts is not None and self.accounts.barred(device_id))
         # PUBLISHes the broker refused, from its debug log: counted, recorded and told per device and burst.
         self.refusals = RefusalTracer(Path(config.broker_log), topics, notices,
-                                      enrolled=lambda client: bool(self.devices.bound(client))) \
+                                      enrolled=lambda client: bool(self.devices.bound(client)),
+                                      on_presence=self.ingest.on_broker_presence) \
             if config.broker_log else None
-        self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace) \
+        # A device the broker throws off for an account change sends no Will: its status follows the broker's answer.
+        self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace,
+                                       on_kicked=self.ingest.disconnected) \
             if config.manage_broker_accounts else None
         self.enrollments = Informer(kube.api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
                                     self.accounts.on_secret) if self.accounts is not None else None

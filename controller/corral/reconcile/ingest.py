@@ -22,6 +22,7 @@ from corral.contract.signature import verify
 from corral.devices import messages
 from corral.devices.limits import BurstReport, DeviceLimits
 from corral.devices.link import Inbound
+from corral.devices.presence import Presence
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
 from corral.obs import metrics
@@ -47,8 +48,11 @@ class Ingest:
     def __init__(self, topics: Topics, fleet: Fleet, queue: WorkQueue[str], driver: Driver, notices: DeviceNotices,
                  coalescing: Coalescing, bound: Callable[[str], bool], trust: ContractTrust,
                  require_signatures: bool = False, signing_keys: Mapping[str, Ed25519PublicKey] | None = None,
-                 limits: DeviceLimits | None = None) -> None:
+                 limits: DeviceLimits | None = None, barred: Callable[[str], bool] = lambda device_id: False) -> None:
         self.topics = topics
+        # Whether the broker refuses this device id (its enrollment is revoked): it cannot be online, whatever an
+        # old retained status says (reconcile.accounts).
+        self.barred = barred
         self.trust = trust
         self.bound = bound  # whether a Device binds this device id: only those are driven
         self.fleet = fleet
@@ -213,13 +217,49 @@ class Ingest:
 
     def _on_status(self, rt: DeviceRuntime, payload: bytes) -> None:
         online = messages.parse_status(payload)
-        if online != rt.online:
-            metrics.device_online_changed(rt.online, online)
-            rt.online = online
-            rt.state_known = False  # a device that was away may have restarted with other state
-            rt.failures, rt.next_attempt = 0, 0.0
+        if online and self.barred(rt.device_id):
+            # Only a retained word from before the revocation can say so: the broker lets the device in no more.
+            self._set_online(rt, False, "its enrollment is revoked (corral devices revoke): the broker refuses it, "
+                                        "and its retained `online` is from before")
+        elif online:
+            rt.online_at = time.monotonic()
+            self._set_online(rt, True, "it said so on its status topic")
+        else:
+            self._set_online(rt, False, "its status topic says so (its own word, or its Last Will when its connection "
+                                        "broke)")
         self._touch(rt)
         self.queue.add(rt.device_id)
+
+    def disconnected(self, device_id: str, why: str, since: float | None = None) -> None:
+        """The broker threw the device off without its Will (reconcile.accounts, or its log): offline now, unless it
+        said `online` again after `since` (a monotonic time: when what tells it was read), which is newer news."""
+        rt = self.fleet.get(device_id)
+        if rt is None or rt.online is False or (since is not None and rt.online_at > since):
+            return
+        self._set_online(rt, False, why)
+        self.notices.fact("device.disconnected", device_id, {"why": why})
+        self.queue.add(device_id)
+
+    def on_broker_presence(self, words: Mapping[str, Presence], read_at: float) -> None:
+        """What the broker's log said about connections (reconcile.refusals reads it): whoever it last said went
+        away is offline, unless it said `online` after the log was read."""
+        for client, presence in words.items():
+            if not presence.connected:
+                self.disconnected(client, presence.why(), since=read_at)
+
+    def _set_online(self, rt: DeviceRuntime, online: bool, why: str) -> None:
+        if online == rt.online:
+            return
+        before, rt.online = rt.online, online
+        metrics.device_online_changed(before, online)
+        rt.state_known = False  # a device that was away may have restarted with other state
+        rt.failures, rt.next_attempt = 0, 0.0
+        if before is None:
+            return  # the first word after a (re)start is no news for people: a fleet would post one Event each
+        if online:
+            self.notices.post_for(rt.device_id, "Online", "Connect", f"The device is online ({why}).")
+        else:
+            self.notices.post_for(rt.device_id, "Offline", "Disconnect", f"The device is offline: {why}.")
 
     def _on_ack(self, rt: DeviceRuntime, payload: bytes) -> None:
         ack = messages.parse_ack(payload)

@@ -4,6 +4,10 @@ Runs beside the MQTT link when `corral run --broker-log FILE` names the log. Eac
 once in `corral_broker_refusals_total{client}` (an enrolled device id, else "other": bounded labels); per
 burst one `device.refused` audit record and one PublishRefused Warning Event on the device's Device say who
 tried which topics how often.
+
+The same lines say who the broker threw off (`devices.presence`): a client it disconnected by administrative
+action (an administrator's `mosquitto_ctrl`, or our own account changes) sends no Will, so its retained status
+would say `online` on. `on_presence` hears, per read, each client's last word and when the read began.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from corral.devices.presence import Presence, last_words
 from corral.devices.refusals import Denial, LogTail, RefusalReport, Refusals, parse_denial
 from corral.devices.topics import Topics
 from corral.obs import metrics
@@ -26,8 +31,10 @@ POLL_S = 0.5
 
 class RefusalTracer:
     def __init__(self, path: Path, topics: Topics, notices: DeviceNotices, enrolled: Callable[[str], bool],
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S,
+                 on_presence: Callable[[dict[str, Presence], float], None] | None = None) -> None:
         self.tail = LogTail(path)
+        self.on_presence = on_presence
         self.topics = topics
         self.notices = notices
         self.enrolled = enrolled  # whether a client id is an enrolled device's (else it counts as "other")
@@ -53,6 +60,7 @@ class RefusalTracer:
         await asyncio.to_thread(self.tail.read)  # from the end as it is now: earlier refusals are not ours
         while True:
             await asyncio.sleep(self.poll_s)
+            read_at = time.monotonic()  # whatever a device said after this is newer than every line read now
             try:
                 lines = await asyncio.to_thread(self.tail.read)
             except OSError as err:
@@ -65,6 +73,8 @@ class RefusalTracer:
                     self._on_denial(denial, now)
             for report in self.refusals.tick(now):
                 self._tell(report)
+            if self.on_presence is not None and lines:
+                self.on_presence(last_words(lines), read_at)
 
     def _on_denial(self, denial: Denial, now: float) -> None:
         metrics.BROKER_REFUSALS.labels(client=denial.client if self.enrolled(denial.client) else "other").inc()

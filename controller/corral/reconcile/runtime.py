@@ -47,6 +47,7 @@ class DeviceRuntime:
     hold: tuple[str, ...] = ()
     hold_reason: str = ""  # the ContractAccepted condition's reason while held (contract.trust.Acceptance)
     online: bool | None = None
+    online_at: float = float("-inf")  # time.monotonic() of the last `online` the device said itself
     last_seen: datetime | None = None
     reported: dict[str, Any] = field(default_factory=dict)
     # True once `reported` came from the device since it last came online.
