@@ -42,7 +42,10 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
     ],
     "approver": [
         _rule(GROUP, ["devices"], ["get", "list", "read", "approve"]),
-        _rule(GROUP, ["intents"], ["get", "list", "watch"]),
+        # create: a person breaks a lease (corral lease break) with an Intent, as every lease action is made, so it
+        # is decided, audited and told like any other. It gives no control: each Intent is decided against the
+        # requester's verbs on the Device, and this role has neither write nor annotate (a set_state: DENY_SCOPE).
+        _rule(GROUP, ["intents"], ["get", "list", "watch", "create"]),
         _rule(GROUP, ["approvals"], ["get", "list", "create"]),
         # Standing approvals, in bounds; revoking one is deleting it.
         _rule(GROUP, ["approvalgrants"], ["get", "list", "watch", "create", "delete"]),
