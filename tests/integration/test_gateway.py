@@ -543,14 +543,22 @@ def test_a_stdio_gateway_that_shows_its_caller_no_devices_says_so_and_where_it_l
                                  env={**os.environ, "KUBECONFIG": str(home.kubeconfigs["operator"])})
         said = started.stderr
 
-        async def connect() -> str | None:
+        async def connect() -> tuple[str | None, str]:
             async with stdio_client(home.kubeconfigs["operator"], "-n", empty) as agent:
                 assert (await agent.list_tools()).tools == [], "nothing to act on: no tool"
-                return agent.session.initialize_result.instructions if agent.session.initialize_result else None
+                with pytest.raises(MCPError) as unknown:
+                    await agent.call_tool("iot.list_devices", {})
+                told = agent.session.initialize_result.instructions if agent.session.initialize_result else None
+                return told, str(unknown.value)
 
-        told = run(connect())
+        told, unknown = run(connect())
     finally:
         kubernetes.client.CoreV1Api(home.admin).delete_namespace(empty)
     who = f"system:serviceaccount:{home.namespace}:operator"
     assert f"{who} sees no devices in namespace(s) {empty}" in said and "-n" in said, said
     assert told is not None and f"namespace(s) {empty}" in told and "sees no devices" in told
+    # What to ask the operator for, and no tool to start with: it has none.
+    binding = (f"kubectl create rolebinding corral-agent-operator --clusterrole=corral-agent-operator "
+               f"--serviceaccount={home.namespace}:operator -n {empty}")
+    assert binding in told and "iot." not in told, told
+    assert "Unknown tool: iot.list_devices" in unknown and binding in unknown, unknown

@@ -40,7 +40,8 @@ from corral.gateway import readings
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
 from corral.gateway.limits import Bounded, Bounds, raise_fd_limit
 from corral.gateway.server import Gateway, RateLimit, instructions, paused_text, session_holder
-from corral.gateway.view import Views, nothing_visible_note
+from corral.gateway.unseen import nothing_visible_note
+from corral.gateway.view import Views
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
         token = user.access_token.token
         return Caller(token_key(token), base, token, username=user.access_token.client_id)
 
-    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces),
+    gateway = Gateway(views, caller_of, wait_s=wait_s, rate_limit=rate_limit, instructions=instructions(namespaces, caller_known=False),
                       audit=audit.log if audit else None, readings_direct=readings_direct, console_url=console_url)
     public = urlsplit(public_url)
     hosts = sorted({public.netloc, "127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts})

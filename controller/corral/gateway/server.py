@@ -49,6 +49,7 @@ from corral.gateway.toolset import (
     lease_spec,
     overlay_spec,
 )
+from corral.gateway.unseen import nothing_visible_note
 from corral.gateway.view import CallerView, Views
 from corral.gateway.visible import INDEX_URI, VisibleDevice
 from corral.obs import metrics, tracing
@@ -62,6 +63,16 @@ INSTRUCTIONS = (
     "target state with iot.control; you only see devices and tools your Kubernetes permissions allow. High-risk "
     "actions wait for a human (AWAITING_APPROVAL): report that and check back with iot.intent_status."
 )
+# Over HTTP the instructions are the same for every caller (the SDK answers initialize before the caller's view
+# exists): they say what an empty tool list means instead of assuming tools the caller may not have.
+EMPTY_TOOLS_HINT = (
+    "If your tool list is empty, your Kubernetes identity can see no device here: tell the user, who must ask "
+    "their operator for a RoleBinding to the ClusterRole corral-agent-operator (or corral-agent-reader) in the "
+    "namespace, e.g. kubectl create rolebinding corral-agent-NAME --clusterrole=corral-agent-operator "
+    "--serviceaccount=NAMESPACE:NAME -n NAMESPACE."
+)
+NOTHING_VISIBLE = ("Corral lets you read and operate physical devices, but you can see none here, so you have no "
+                   "tools yet; do not try to call any.")
 
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
 
@@ -148,11 +159,15 @@ class RateLimit:
         return (1 - tokens) / rate
 
 
-def instructions(namespaces: list[str], nothing_visible: str | None = None, paused: str | None = None) -> str:
+def instructions(namespaces: list[str], nothing_visible: str | None = None, paused: str | None = None,
+                 caller_known: bool = True) -> str:
     """What the server tells every client when it connects: how to begin, where it looks, and (stdio) a warning
-    when the caller can see nothing at all, or when agents are paused."""
-    text = f"{INSTRUCTIONS} Devices are served from namespace(s) {', '.join(namespaces)} (corral mcp -n NAMESPACE)."
-    return " ".join(part for part in (text, nothing_visible, paused) if part)
+    when the caller can see nothing at all (then no tool to start with: it has none), or when agents are paused.
+    caller_known=False (HTTP: one text for every caller): what an empty tool list means, too."""
+    where = f"Devices are served from namespace(s) {', '.join(namespaces)} (corral mcp -n NAMESPACE)."
+    begin = NOTHING_VISIBLE if nothing_visible else INSTRUCTIONS
+    hint = None if caller_known else EMPTY_TOOLS_HINT
+    return " ".join(part for part in (begin, where, hint, nothing_visible, paused) if part)
 
 
 def paused_text(pauses: list[Paused], person: bool) -> str:
@@ -232,6 +247,8 @@ class Gateway:
             # A tool the caller was not shown does not exist for it: a protocol error, as MCP says, with the code.
             metrics.TOOL_CALLS.labels(tool="unknown", outcome="unknown_tool").inc()
             message = f"Unknown tool: {name}"
+            if not view.visible():  # no tool at all: say why, and what to ask for, instead of a bare dead end
+                message += f". {nothing_visible_note(view.username, self.views.namespaces)}"
             self._refused(view, name, params.arguments, "DENY_UNKNOWN_ACTION", message)
             raise MCPError(types.INVALID_PARAMS, message, {"code": "DENY_UNKNOWN_ACTION", "message": message})
         _HOLDER.set(holder_of(ctx, (params.arguments or {}).get("holder")))

@@ -32,6 +32,7 @@ from corral.gateway.blocking import blocking
 from corral.gateway.identity import Caller
 from corral.gateway.notify import TOOLS, Audience
 from corral.gateway.toolset import Grants, device_tools, fixed_tools
+from corral.gateway.unseen import nothing_visible_note
 from corral.gateway.visible import INDEX_URI, VisibleDevice, device_uri
 
 log = logging.getLogger(__name__)
@@ -417,13 +418,6 @@ def _shape(body: dict[str, Any] | None) -> tuple[Any, ...]:
 
 def _overlay(body: dict[str, Any] | None) -> Any:
     return ((body or {}).get("spec") or {}).get("overlay")
-
-
-def nothing_visible_note(username: str | None, namespaces: list[str]) -> str:
-    who = username or "this caller"
-    return (f"Note: {who} sees no devices in namespace(s) {', '.join(namespaces)}. Either none are there, or its "
-            "Kubernetes rights do not cover them (it needs get/list and the 'read' verb on devices). Start the "
-            "gateway with -n for the namespace where the devices are.")
 
 
 MAX_VIEWS_PER_CALLER = 8
