@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from corral.client.enroll import CREDENTIAL_TYPE, DEVICE_ID_LABEL, REVOKED_ANNOTATION
@@ -18,6 +19,7 @@ from corral.devices.presence import Presence, last_words, presence_of
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
 from corral.reconcile.accounts import BrokerAccounts
+from corral.reconcile.driver import DeviceGone, Expectations
 from corral.reconcile.ingest import Ingest
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.workqueue import WorkQueue
@@ -180,3 +182,22 @@ def test_a_retained_online_of_a_revoked_device_is_an_old_word() -> None:
     _status(ingest, "lock-1", "online")
     _status(ingest, "lamp-1", "online")
     assert _online(fleet, "lock-1") is False and _online(fleet, "lamp-1") is True
+
+
+def test_a_revoked_device_s_waiting_command_ends_device_gone_and_a_rotated_one_s_keeps_waiting() -> None:
+    async def run() -> None:
+        barred: set[str] = set()
+        ingest, _, _ = _ingest(barred)
+        ingest.driver = SimpleNamespace(expectations=Expectations())
+        revoked = ingest.driver.expectations.pin("lock-1", "locked", True, "c-1", "home/lock-up")
+        rotated = ingest.driver.expectations.pin("lamp-1", "power", True, "c-2", "home/lamp-on")
+        for device_id in ("lock-1", "lamp-1"):
+            _status(ingest, device_id, "online")
+        barred.add("lock-1")  # its enrollment revoked: the broker answers the disableClient next
+        for device_id in ("lock-1", "lamp-1"):
+            ingest.disconnected(device_id, "its broker account was changed")
+        assert isinstance(revoked.future.exception(), DeviceGone)
+        assert not rotated.future.done(), "a rotated device may come back with its new password and ack"
+        rotated.future.cancel()
+
+    asyncio.run(run())

@@ -35,6 +35,10 @@ class Superseded(Exception):
     """The Device's target for the actuator changed to another value before the command went out."""
 
 
+class DeviceGone(Exception):
+    """The device was revoked while its command waited for an ack: the broker refuses it, no ack can come."""
+
+
 @dataclass(eq=False)
 class Pin:
     device_id: str
@@ -96,6 +100,11 @@ class Expectations:
         if not pin.future.done():
             pin.future.set_exception(error)
 
+    def fail_device(self, device_id: str, error: Exception) -> None:
+        """Fail every pin of the device that still waits (it was revoked)."""
+        for pin in self._pins.get(device_id, []):
+            self.fail(pin, error)
+
     def release(self, pin: Pin) -> None:
         pins = self._pins.get(pin.device_id, [])
         if pin in pins:
@@ -154,4 +163,4 @@ class Driver:
         return dict(ack.state)
 
 
-__all__ = ["CommandTimeout", "DeviceRefused", "Driver", "Expectations", "Pin", "Superseded"]
+__all__ = ["CommandTimeout", "DeviceGone", "DeviceRefused", "Driver", "Expectations", "Pin", "Superseded"]

@@ -26,7 +26,7 @@ from corral.devices.presence import Presence
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
 from corral.obs import metrics
-from corral.reconcile.driver import Driver
+from corral.reconcile.driver import DeviceGone, Driver
 from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.runtime import DeviceRuntime, Fleet
 from corral.reconcile.status import sensors_due
@@ -234,7 +234,14 @@ class Ingest:
         """The broker threw the device off without its Will (reconcile.accounts, or its log): offline now, unless it
         said `online` again after `since` (a monotonic time: when what tells it was read), which is newer news."""
         rt = self.fleet.get(device_id)
-        if rt is None or rt.online is False or (since is not None and rt.online_at > since):
+        if rt is None or (since is not None and rt.online_at > since):
+            return
+        if self.barred(device_id):
+            # Revoked: no ack can come, so an Intent waiting for one ends DEVICE_GONE now instead of TIMEOUT later.
+            self.driver.expectations.fail_device(device_id, DeviceGone(
+                f"device {device_id} was revoked (its broker account disabled) while the command waited for its "
+                "ack; the target stays set and is driven if it is enrolled again"))
+        if rt.online is False:
             return
         self._set_online(rt, False, why)
         self.notices.fact("device.disconnected", device_id, {"why": why})

@@ -60,7 +60,7 @@ from corral.decide.idempotency import params_hash
 from corral.obs import metrics, tracing
 from corral.reconcile.access import AccessReviews
 from corral.reconcile.cache import Body, Key, ObjectCache, key_of
-from corral.reconcile.driver import DeviceRefused, Superseded
+from corral.reconcile.driver import DeviceGone, DeviceRefused, Superseded
 from corral.reconcile.grants import Grants
 from corral.reconcile.interlocks import Interlocks
 from corral.reconcile.kube import FieldConflict, Kube
@@ -611,6 +611,9 @@ class IntentReconciler:
             return
         except Superseded as superseded:
             await self._finish(body, view, "FAILED", f"Not executed: {superseded}.", {})
+            return
+        except DeviceGone as gone:
+            await self._finish(body, view, "DEVICE_GONE", f"Not acknowledged: {gone}.", {})
             return
         before = (body.get("status") or {}).get("before") or {}
         changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
