@@ -104,7 +104,7 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
     name = name or f"cli-{'dry-' if dry_run else ''}{secrets.token_hex(6)}"
     submitted = submit(client, namespace, name, spec)
     if submitted.code == "DENY_ID_CONFLICT":
-        raise click.ClickException(submitted.message)
+        raise Refused(f"DENY_ID_CONFLICT: {submitted.message}")
     status = wait_settled(client, namespace, name, wait_s).get("status") or {}
     checked_only = " (dry run)" if status.get("phase") == "DryRun" else ""
     code = outcome_code(status)
