@@ -15,11 +15,12 @@ from typing import Any
 
 from corral.client.enroll import CREDENTIAL_TYPE, DEVICE_ID_LABEL, REVOKED_ANNOTATION
 from corral.devices.accounts import disconnects
+from corral.devices.link import Inbound
 from corral.devices.presence import Presence, last_words, presence_of
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
 from corral.reconcile.accounts import BrokerAccounts
-from corral.reconcile.driver import DeviceGone, Expectations
+from corral.reconcile.driver import CommandTimeout, DeviceGone, Expectations
 from corral.reconcile.ingest import Ingest
 from corral.reconcile.runtime import Fleet
 from corral.reconcile.workqueue import WorkQueue
@@ -34,7 +35,6 @@ def test_the_broker_log_lines_that_say_a_client_went_away_or_came() -> None:
         "Client light-1 closed its connection.",
         "Client light-1 has exceeded timeout, disconnecting.",
         "Socket error on client light-1, disconnecting.",
-        "Client light-1 disconnected, not authorised.",
     ]
     for line in gone:
         assert presence_of(STAMP + line) == Presence("light-1", False, line), line
@@ -46,6 +46,7 @@ def test_other_lines_and_takeovers_say_nothing() -> None:
     for line in ("Client light-1 already connected, closing old connection.",  # connected: the new one
                  "Denied PUBLISH from light-1 (d0, q1, r0, m5, 'home/lock-1/event', ... (2 bytes))",
                  "Received PINGREQ from light-1", "Client <unknown> disconnected, not authorised.",
+                 "Client light-1 disconnected, not authorised.",  # anyone's login attempt with a device's id
                  "New connection from 127.0.0.1:40312 on port 1883."):
         assert presence_of(STAMP + line) is None, line
 
@@ -155,26 +156,91 @@ def _status(ingest: Ingest, device_id: str, word: str) -> None:
     ingest._on_status(ingest.fleet.get(device_id) or ingest.fleet.add(device_id), word.encode())
 
 
+class _Devices:
+    """The driver's get_state as devices answer it: those in `connected` ack, the others never do."""
+
+    def __init__(self) -> None:
+        self.connected: set[str] = set()
+        self.asked: list[str] = []
+
+    async def get_state(self, device_id: str, timeout_s: float | None = None) -> dict[str, Any]:
+        self.asked.append(device_id)
+        if device_id in self.connected:
+            return {}
+        raise CommandTimeout(f"no ack within {timeout_s}s")
+
+
+def _gone_line(device_id: str) -> dict[str, Presence]:
+    return {device_id: Presence(device_id, False, f"Client {device_id} disconnected.")}
+
+
+async def _settle(ingest: Ingest) -> None:
+    while ingest._probes:
+        await asyncio.gather(*ingest._probes.values())
+
+
 def test_a_kicked_device_goes_offline_once_and_a_word_after_the_kick_wins() -> None:
-    ingest, fleet, notices = _ingest(set())
-    _status(ingest, "lock-1", "online")
-    assert _online(fleet, "lock-1") is True and notices.posted == [], "the first word after a start is no news"
-    ingest.disconnected("lock-1", "its broker account was disabled (revoked)")
-    ingest.disconnected("lock-1", "the broker logged 'Client lock-1 disconnected.'")  # the same kick, in the log
-    assert _online(fleet, "lock-1") is False
-    assert [(r, n) for _, r, n in notices.posted] == [
-        ("Offline", "The device is offline: its broker account was disabled (revoked).")]
-    assert notices.facts == [("device.disconnected", "lock-1")]
-    # The device comes back (it has the new password) and says so; then the log read from before that is applied.
-    read_at = time.monotonic()
-    _status(ingest, "lock-1", "online")
-    ingest.on_broker_presence({"lock-1": Presence("lock-1", False, "Client lock-1 disconnected.")}, read_at)
-    assert _online(fleet, "lock-1") is True, "a log line read before the device said online again is older news"
-    assert [r for _, r, _ in notices.posted] == ["Offline", "Online"]
-    # The positive control: read after its last word, the same line takes it offline.
-    ingest.on_broker_presence({"lock-1": Presence("lock-1", False, "Client lock-1 disconnected.")}, time.monotonic())
-    assert _online(fleet, "lock-1") is False
-    ingest.disconnected("no-such-device", "anything")  # a client the controller does not drive: nothing
+    async def run() -> None:
+        ingest, fleet, notices = _ingest(set())
+        devices = _Devices()
+        ingest.driver = devices
+        _status(ingest, "lock-1", "online")
+        assert _online(fleet, "lock-1") is True and notices.posted == [], "the first word after a start is no news"
+        ingest.disconnected("lock-1", "its broker account was disabled (revoked)")
+        ingest.on_broker_presence(_gone_line("lock-1"), time.monotonic())  # the same kick, in the log
+        await _settle(ingest)
+        assert _online(fleet, "lock-1") is False
+        assert [(r, n) for _, r, n in notices.posted] == [
+            ("Offline", "The device is offline: its broker account was disabled (revoked).")]
+        assert notices.facts == [("device.disconnected", "lock-1")]
+        assert devices.asked == [], "an offline device is not asked again"
+        # It comes back (it has the new password) and says so; then a log line read from before that is applied.
+        read_at = time.monotonic()
+        _status(ingest, "lock-1", "online")
+        ingest.on_broker_presence(_gone_line("lock-1"), read_at)
+        await _settle(ingest)
+        assert _online(fleet, "lock-1") is True, "a log line read before the device said online again is older news"
+        assert [r for _, r, _ in notices.posted] == ["Offline", "Online"]
+        # The positive control: read after its last word, the same line takes it offline (it does not answer).
+        ingest.on_broker_presence(_gone_line("lock-1"), time.monotonic())
+        await _settle(ingest)
+        assert _online(fleet, "lock-1") is False
+        assert "did not answer within 2 s" in notices.posted[-1][2], notices.posted[-1]
+        ingest.disconnected("no-such-device", "anything")  # a client the controller does not drive: nothing
+
+    asyncio.run(run())
+
+
+def test_a_log_line_about_a_device_that_still_answers_is_not_believed() -> None:
+    """Anyone may write a device's id into the broker's log (a login attempt with its client id): a device that
+    answers a get_state stays online. The positive control: the same line about one that does not answer."""
+    async def run() -> None:
+        ingest, fleet, _ = _ingest(set())
+        devices = _Devices()
+        ingest.driver = devices
+        for device_id in ("lamp-1", "lamp-2"):
+            _status(ingest, device_id, "online")
+        devices.connected.add("lamp-1")
+        ingest.on_broker_presence({**_gone_line("lamp-1"), **_gone_line("lamp-2")}, time.monotonic())
+        await _settle(ingest)
+        assert _online(fleet, "lamp-1") is True and _online(fleet, "lamp-2") is False
+        assert sorted(devices.asked) == ["lamp-1", "lamp-2"]
+
+    asyncio.run(run())
+
+
+def test_a_live_message_from_a_device_marked_offline_brings_it_back_unless_it_is_revoked() -> None:
+    ingest, fleet, notices = _ingest({"lock-9"})
+    ingest.driver = SimpleNamespace(expectations=Expectations())
+    for device_id in ("lamp-1", "lock-9"):
+        _status(ingest, device_id, "online")
+        ingest.disconnected(device_id, "the broker logged it")
+    telemetry = b'{"ts": 1764662980000, "samples": []}'
+    ingest.on_message(Inbound("iot/lamp-1/telemetry", telemetry, retained=False))
+    assert _online(fleet, "lamp-1") is True, "only a connected device can publish on its topics"
+    assert "it sent a live telemetry message" in notices.posted[-1][2]
+    ingest.on_message(Inbound("iot/lock-9/telemetry", telemetry, retained=False))
+    assert _online(fleet, "lock-9") is False
 
 
 def test_a_retained_online_of_a_revoked_device_is_an_old_word() -> None:

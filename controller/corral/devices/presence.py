@@ -12,10 +12,12 @@ for refused PUBLISHes (`devices.refusals`). These lines (Mosquitto 2.0) are the 
     Client light-1 closed its connection.
     Client light-1 has exceeded timeout, disconnecting.
     Socket error on client light-1, disconnecting.
-    Client light-1 disconnected, not authorised.       (a refused login: it is not connected either)
 
-"Client X already connected, closing old connection." is a takeover: X is connected (the new connection's line
-follows), so it says nothing here. The broker's client id is the username, which is the device id.
+"Client X disconnected, not authorised." says nothing here: it is a refused login, and X is whatever client id
+the caller chose, so anyone could make any device look gone with one bad login. "Client X already connected,
+closing old connection." is a takeover: X is connected (the new connection's line follows). The broker's client
+id is the username, which is the device id. A line is no proof either way: the controller asks the device
+(`get_state`) before it believes one (reconcile.ingest).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def presence_of(line: str) -> Presence | None:
     text = line.rstrip("\r\n")
     stamp, _, rest = text.partition(": ")
     said = rest if rest and " " not in stamp else text  # without the broker's timestamp (epoch or log_timestamp_format)
-    if "already connected, closing old connection" in said:
+    if "already connected, closing old connection" in said or "not authorised" in said:
         return None
     connected = _CONNECTED.search(said)
     if connected is not None:

@@ -153,12 +153,12 @@ class Driver:
         self.expectations.settle(device_id, ack)
         return ack
 
-    async def get_state(self, device_id: str) -> State:
+    async def get_state(self, device_id: str, timeout_s: float | None = None) -> State:
         """Ask the device for its full state now (get_state changes nothing); CommandTimeout if it does not answer."""
         command = {"id": f"get-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
         ack = await self.tracker.send(
             device_id, lambda payload: self.link.publish(self.topics.of(device_id, "cmd"), payload),
-            command, self.command_timeout_s,
+            command, self.command_timeout_s if timeout_s is None else timeout_s,
         )
         return dict(ack.state)
 

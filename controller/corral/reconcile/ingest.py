@@ -26,7 +26,7 @@ from corral.devices.presence import Presence
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
 from corral.obs import metrics
-from corral.reconcile.driver import DeviceGone, Driver
+from corral.reconcile.driver import CommandTimeout, DeviceGone, Driver
 from corral.reconcile.notices import DeviceNotices
 from corral.reconcile.runtime import DeviceRuntime, Fleet
 from corral.reconcile.status import sensors_due
@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 # and an Event, samples may be a status write). Not `info` (judged as a contract, held when it changes), not
 # `status` (its Will: an `offline` must never be dropped), not `ack` (answers to our own commands).
 LIMITED = ("event", "telemetry")
+# A broker log line saying a device went away is checked before it is believed: anyone may try to log in with a
+# device's client id, and the broker logs that refusal with the id (those lines are left out, devices.presence, but
+# a log is no proof). A device that answers a get_state within this time is connected.
+PROBE_S = 2.0
+# Messages only a connected device can send (its account's ACLs let nobody else publish there): heard live from a
+# device marked offline, it is back.
+SPOKEN = ("ack", "telemetry", "event")
 # Judged always (the newest contract is what holds or frees the device), but a changed contract takes a token
 # too: over the limit it is counted in the flood's reports instead of recorded (contract.changed) one by one.
 COUNTED = ("info",)
@@ -66,6 +73,7 @@ class Ingest:
         # Per device, what may cost work downstream (records, Events, status writes): devices.limits.
         self.limits = limits if limits is not None else DeviceLimits()
         self._tick: asyncio.TimerHandle | None = None
+        self._probes: dict[str, asyncio.Task[None]] = {}  # device id -> the get_state that checks a log line
 
     def on_message(self, message: Inbound) -> None:
         parsed = self.topics.parse(message.topic)
@@ -84,6 +92,9 @@ class Ingest:
             metrics.device_online_changed(None, rt.online, new=True)
         if kind in LIMITED and not self._admit(device_id, kind):
             return
+        if kind in SPOKEN and rt.online is False and not message.retained and not self.barred(device_id):
+            self._set_online(rt, True, f"it sent a live {kind} message, which only a connected device can")
+            self.queue.add(device_id)
         try:
             if kind == "info":
                 self._on_info(rt, message.payload)
@@ -151,6 +162,8 @@ class Ingest:
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
+        for probe in self._probes.values():
+            probe.cancel()
 
     def adopt(self, device_id: str) -> None:
         """A Device now binds this id: take in what the device said before (its retained info and status)."""
@@ -248,11 +261,24 @@ class Ingest:
         self.queue.add(device_id)
 
     def on_broker_presence(self, words: Mapping[str, Presence], read_at: float) -> None:
-        """What the broker's log said about connections (reconcile.refusals reads it): whoever it last said went
-        away is offline, unless it said `online` after the log was read."""
+        """What the broker's log said about connections (reconcile.refusals reads it): a device it last said went
+        away is offline if it does not answer a get_state at once, unless it said `online` after the log was read."""
         for client, presence in words.items():
-            if not presence.connected:
-                self.disconnected(client, presence.why(), since=read_at)
+            rt = self.fleet.get(client)
+            if presence.connected or rt is None or rt.online is not True or client in self._probes:
+                continue
+            self._probes[client] = asyncio.get_running_loop().create_task(
+                self._confirm_gone(client, presence.why(), read_at), name=f"corral-presence-{client}")
+
+    async def _confirm_gone(self, device_id: str, why: str, read_at: float) -> None:
+        try:
+            await self.driver.get_state(device_id, PROBE_S)
+        except CommandTimeout:
+            self.disconnected(device_id, f"{why}, and it did not answer within {PROBE_S:g} s", since=read_at)
+        except Exception:  # a probe that cannot be sent (the link is down) proves nothing either way
+            log.debug("could not check whether device %s is connected", device_id, exc_info=True)
+        finally:
+            self._probes.pop(device_id, None)
 
     def _set_online(self, rt: DeviceRuntime, online: bool, why: str) -> None:
         if online == rt.online:
