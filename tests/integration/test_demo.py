@@ -9,7 +9,9 @@ plane in the end: a failing demo test must not leave a plane, broker, controller
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -24,13 +26,24 @@ from typing import Any
 
 import kubernetes
 import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from corral.cli.main import cli
+from corral.client.enroll import secret_name
+from corral.client.signing import read_key
+from corral.contract.signature import public_pem, signed_contract
+from corral.devcluster.demo import SIGNING_KEY_FILE, SIGNING_KEYS_SECRET
 from corral.devcluster.files import BROKER_CONTROLLER
 from corral.devcluster.plane import DevPlane, Plane
 from corral.devcluster.processes import accepts_connections, free_port
-from tests.controller_harness import CORRAL
+from corral_sim.catalog import contract_for
+from corral_sim.presets import preset
+from tests.controller_harness import CORRAL, device, devices
 from tests.exposure_harness import as_nobody, exposed, listening, process_tree
+from tests.fleet_harness import running_fleet
 from tests.gateway_harness import MODERN, http_client
+from tests.harness import api_client, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +162,55 @@ def test_every_process_the_demo_starts_listens_on_loopback_only_and_nobody_reads
     seen = as_nobody([], int(plane.server.rsplit(":", 1)[1]), files, [home.state])
     assert seen["api"].startswith("HTTP/1.1"), seen["api"]  # the probe itself works as nobody
     assert seen["readable"] == [] and seen["listable"] == []
+
+
+def test_the_demo_requires_signed_contracts_and_refuses_an_unsigned_or_forged_one(home: Home) -> None:
+    """The demo runs as the chart does by default: its controller requires signatures, trusting the key the demo
+    made (0600 in its state directory) and published in a Secret; the catalog's firmware is signed with it, and
+    every simulated device comes online. A device announcing an unsigned contract, or one signed by another key,
+    is refused; beside them one signed with the demo's key by `corral contracts sign` is taken."""
+    plane = _running(home)
+    key = home.state / SIGNING_KEY_FILE
+    assert key.stat().st_mode & 0o777 == 0o600
+    controller = next(p.argv for pid in process_tree(home.demo.pid)
+                      if (p := exposed(pid)) is not None and "corral.cli.main run" in " ".join(p.argv))
+    assert "--require-signatures" in controller
+    assert controller[controller.index("--signing-keys") + 1] == f"home/{SIGNING_KEYS_SECRET}"
+    admin = api_client(plane)
+    trusted = kubernetes.client.CoreV1Api(admin).read_namespaced_secret(SIGNING_KEYS_SECRET, "home").data
+    assert {k: base64.b64decode(v) for k, v in trusted.items()} == {"demo": public_pem(read_key(key))}
+    home_devices = devices(admin, "home")
+    simulated = [spec.device_id for spec in preset("home")]
+    assert len(simulated) == 43 and [d for d in simulated if not (home_devices[d].get("status") or {}).get("online")
+                                     or not home_devices[d]["status"].get("capability")] == []
+    signed = CliRunner().invoke(cli, ["contracts", "sign", "relay", "--key", str(key)])
+    assert signed.exit_code == 0, signed.output
+    contracts = {"signed-plug": json.loads(signed.stdout)["relay"], "unsigned-plug": contract_for("relay"),
+                 "forged-plug": signed_contract(contract_for("relay"), Ed25519PrivateKey.generate())}
+    try:
+        with running_fleet(plane, "iot", dict.fromkeys(contracts, "relay"), enroll_in=(admin, "home"),
+                           contracts=contracts):
+            wait_for(lambda: (device(admin, "home", "signed-plug").get("status") or {}).get("capability"),
+                     "the contract signed with the demo's key accepted", timeout_s=30)
+            for name, why in (("unsigned-plug", "contract signature unsigned"),
+                              ("forged-plug", "matches no trusted key (trusted: demo)")):
+                refused = wait_for(functools.partial(_contract_refused, admin, name), f"{name} refused", timeout_s=20)
+                assert refused is not None and why in refused["message"], refused
+                assert "capability" not in device(admin, "home", name)["status"]
+    finally:
+        objects, core = kubernetes.client.CustomObjectsApi(admin), kubernetes.client.CoreV1Api(admin)
+        for name in contracts:  # the demo's home again as it was: the tests after this one count its devices
+            with contextlib.suppress(kubernetes.client.ApiException):
+                objects.delete_namespaced_custom_object("corral.dev", "v1alpha1", "home", "devices", name)
+            with contextlib.suppress(kubernetes.client.ApiException):
+                core.delete_namespaced_secret(secret_name(name), "home")
+        wait_for(lambda: not set(contracts) & set(devices(admin, "home")), "the extra Devices to be gone",
+                 timeout_s=30)
+
+
+def _contract_refused(admin: kubernetes.client.ApiClient, name: str) -> dict[str, Any] | None:
+    conditions = (device(admin, "home", name).get("status") or {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "ContractValid" and c["status"] == "False"), None)
 
 
 def test_the_demo_runs_the_product_and_a_stop_signal_ends_all_of_it_even_with_sigint_ignored_and_no_terminal(

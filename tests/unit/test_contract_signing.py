@@ -63,6 +63,7 @@ def test_the_signed_catalog_is_accepted_from_every_device_of_each_type_and_a_str
     assert done.exit_code == 0, done.output
     build = json.loads((tmp_path / "signed.json").read_text())
     assert sorted(build) == sorted(device_types())
+    assert firmware_contracts(tmp_path / "signed.json") == build  # what `corral sim --signed-contracts` runs
     # One signature per device type, made at build time, holds for any device id the instance gets.
     for device_id in ("front-door-lock", "garage-lock"):
         check = verify(announced(build["lock"], device_id), trusted)

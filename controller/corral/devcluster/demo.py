@@ -29,6 +29,7 @@ import yaml
 from corral.api.codes import GATEWAY_AUDIENCE, GROUP, VERSION
 from corral.api.roles import user_roles
 from corral.client import enroll as enrollment
+from corral.client import signing
 from corral.client.apply import apply_yaml
 from corral.client.install import install_api
 from corral.devcluster import broker, files
@@ -44,6 +45,8 @@ from corral_sim.presets import preset
 
 FIELD_MANAGER = "corral-demo"
 AUDIT_PORT = 8443  # the audit log reader, as the README shows it (another port when 8443 is taken)
+SIGNING_KEY_FILE = "contract-signing-key.pem"  # the demo's vendor key (in the state directory, 0600)
+SIGNING_KEYS_SECRET = "corral-signing-keys"  # the trusted public keys, in the demo's namespace
 Progress = Callable[[str], None]
 
 
@@ -115,10 +118,11 @@ class Demo:
         token_file = self._agent_token(admin)
         devices = preset("home")
         credentials = self._enroll(admin, devices)
+        signed_build, signing_keys = self._sign_firmware(admin)
         env = child_environment(os.environ, KUBECONFIG=str(kubeconfig))
         self.progress(f"starting {len(devices)} simulated devices, the controller and the MCP gateway")
         self._spawn("sim", ["sim", "--preset", "home", "--mqtt", broker_at.device_url, "--credentials",
-                            str(credentials)], env, logs)
+                            str(credentials), "--signed-contracts", str(signed_build)], env, logs)
         health = free_port()
         audit_port = AUDIT_PORT if port_is_free(AUDIT_PORT) else free_port()
         self.progress(f"the audit log: corral audit show --server https://127.0.0.1:{audit_port} --ca-file "
@@ -130,6 +134,7 @@ class Demo:
                                    "--audit-dir", str(self.state_dir / "audit"),
                                    "--audit-checkpoint", f"{self.namespace}/corral-controller",
                                    "--audit-key", str(self.state_dir / "audit-keys" / "controller.pem"),
+                                   "--require-signatures", "--signing-keys", signing_keys,
                                    *(["--requestheader-client-ca-file", str(front_proxy)] if front_proxy else [])],
                     env, logs)
         serving_ca = self.state_dir / "audit-keys" / "serving-ca.crt"
@@ -201,6 +206,22 @@ class Demo:
         path = self.state_dir / "demo-credentials.json"
         write_credentials(path, passwords)
         return path
+
+    def _sign_firmware(self, admin: kubernetes.client.ApiClient) -> tuple[Path, str]:
+        """What a vendor's build step does (`corral contracts keygen`, `corral contracts sign`): a signing key kept
+        in the state directory (0600, reused by the next run), the catalog's contracts signed with it for the
+        simulated firmware, and its public half in the Secret of trusted keys. The controller then requires
+        signatures, as the chart does by default. Returns the signed build and the Secret (NAMESPACE/NAME)."""
+        try:
+            key = signing.ensure_key(self.state_dir / SIGNING_KEY_FILE)
+            build = self.state_dir / "signed-contracts.json"
+            signing.write_build(build, signing.sign_types([], key))
+            signing.trust_key(admin, self.namespace, SIGNING_KEYS_SECRET, "demo", key)
+        except signing.SigningError as err:
+            raise DevClusterError(f"signing the catalog's contracts: {err}") from None
+        self.progress(f"signed the catalog's contracts ({build}) with {self.state_dir / SIGNING_KEY_FILE}, trusted "
+                      f"in Secret {self.namespace}/{SIGNING_KEYS_SECRET}")
+        return build, f"{self.namespace}/{SIGNING_KEYS_SECRET}"
 
     def _install(self, admin: kubernetes.client.ApiClient) -> None:
         try:
