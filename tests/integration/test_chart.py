@@ -561,6 +561,7 @@ class Installed:
     controller_args: list[str]
     manifest: list[dict[str, Any]]
     pod_files: Path  # where the controller pod's init container wrote its files (its memory volumes)
+    signed: dict[str, dict[str, Any]]  # the catalog's contracts signed with the key the Secret trusts (type ->)
 
 
 def run_init_container(args: list[str], root: Path, kubeconfig: Path) -> None:
@@ -580,8 +581,18 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     try:
         admin = api_client(plane)
         kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": HOME}})
+        kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": SYSTEM}})
+        # The chart's default requires signed contracts: its README's steps, a key trusted in a Secret and the
+        # catalog's contracts signed with it (the fleet below runs that signed build).
+        key = state / "vendor.pem"
+        made = CliRunner().invoke(cli, ["contracts", "keygen", "--key", str(key), "--secret",
+                                        f"{SYSTEM}/corral-signing-keys", "--kubeconfig", str(plane.kubeconfig)])
+        assert made.exit_code == 0, made.output
+        signed = CliRunner().invoke(cli, ["contracts", "sign", "--key", str(key), "--out", str(state / "signed.json")])
+        assert signed.exit_code == 0, signed.output
         helm_on_plane = Helm(helm.binary, plane.kubeconfig)
-        helm_on_plane("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", "--set", UNSIGNED, "--set", f"controller.watchNamespaces={{{HOME}}}",
+        helm_on_plane("install", RELEASE, str(CHART), "-n", SYSTEM, "--set", "signing.keysSecret=corral-signing-keys",
+                      "--set", f"controller.watchNamespaces={{{HOME}}}",
                       "--set", f"controller.deviceNamespace={HOME}", "--set", "policy.intentTTLSeconds=3",
                       "--set", "mqtt.topicPrefix=chart")
         manifest = [d for d in yaml.safe_load_all(helm_on_plane("get", "manifest", RELEASE, "-n", SYSTEM).stdout) if d]
@@ -591,7 +602,8 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         # The controller pod's first step, as its ServiceAccount: make the keys, certificates and passwords.
         wait_until_allowed(api_client(plane, token=token), "create", SYSTEM, "secrets", group="")
         run_init_container(init_of(manifest), state / "pod", kubeconfig)
-        yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]), manifest, state / "pod")
+        yield Installed(plane, admin, helm_on_plane, kubeconfig, list(container["args"]), manifest, state / "pod",
+                        json.loads((state / "signed.json").read_text()))
     finally:
         dev.down(purge=True)
 
@@ -731,8 +743,12 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     approver_token = _user(installed, "approver", "approver", person=True)
     agent = api_client(plane, token=agent_token)
     log = tmp_path / "controller.log"
-    with running_fleet(plane, "chart", {"porch-light": "light", "back-lock": "lock"},
-                       enroll_in=(admin, HOME)) as fleet, open(log, "ab") as out:
+    # The chart's default: signed contracts only, from the Secret the README's `corral contracts keygen` made.
+    assert "--require-signatures" in args and flag(args, "--signing-keys") == f"{SYSTEM}/corral-signing-keys"
+    devices = {"porch-light": "light", "back-lock": "lock"}
+    with running_fleet(plane, "chart", devices, enroll_in=(admin, HOME),
+                       contracts={d: installed.signed[t] for d, t in devices.items()}) as fleet, \
+            open(log, "ab") as out:
         controller = subprocess.Popen([CORRAL, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             wait_for(lambda: healthz(health), f"the controller to start (log {log})", timeout_s=30)
