@@ -8,6 +8,8 @@ it); agent B both through one and with Intents of its own.
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ import pytest
 from corral.api.codes import FINAL_PHASES, GROUP, VERSION
 from corral.audit.log import read_records
 from corral.client.intents import submit
+from corral.devcluster.files import DEV_USER
 from corral.devcluster.plane import Plane
 from corral.reconcile.leases import lease_name, parse
 from tests.controller_harness import CORRAL, ControllerProcess, device, set_target
@@ -34,11 +37,22 @@ from tests.gateway_harness import (
     kubeconfig_for,
     stdio_client,
 )
-from tests.harness import api_client, fresh_namespace, grant, kubectl, person_user, token_of, wait_for
+from tests.harness import (
+    api_client,
+    fresh_namespace,
+    grant,
+    kubectl,
+    person_user,
+    token_of,
+    wait_for,
+    wait_until_allowed,
+)
 
 pytestmark = pytest.mark.integration
 
 AC = "bedroom-ac"
+README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = README.parent
 
 
 @dataclass
@@ -195,6 +209,40 @@ def test_a_person_breaks_a_lease_the_holder_is_told_by_whom_and_why_and_the_log_
                        "the break on record")
     assert records[-1].data["reason"] == "the baby is cold" and records[-1].data["holderId"] == "stubborn"
     assert records[-1].data["by"] == person_user(bedroom.namespace, "parent")
+
+
+def readme_lease_break(namespace: str) -> list[str]:
+    """The README's own `corral lease break` line (section "Exclusive control: leases"), in this test's namespace."""
+    line = next(line for line in README.read_text().splitlines() if "corral lease break" in line)
+    words = shlex.split(line.split("#", 1)[0])
+    assert words[0] == ".venv/bin/corral" and words[words.index("-n") + 1] == "home", line
+    words[words.index("-n") + 1] = namespace
+    return [CORRAL, *words[1:]]
+
+
+def test_an_approver_breaks_a_lease_with_the_readmes_command_and_one_without_approve_cannot(
+        bedroom: Bedroom) -> None:
+    """The dev user, an approver by examples/rbac/dev-users.yaml, as the README has it (that role used to lack
+    `create` on intents: 403). The attack beside it: an agent with write but no approve."""
+    b = bedroom.agent_b
+    assert bedroom.ask(b, "agent-b", "acquire", 600, holder="readme")["code"] == "EXECUTED"
+    agent_a = api_client(bedroom.plane, token=bedroom.tokens["agent-a"])
+    refused = bedroom.ask(agent_a, "agent-a", "break", None)
+    assert refused["code"] == "DENY_SCOPE" and "approve" in refused["message"], refused
+    assert (bedroom.lease() or {}).get("spec", {}).get("holderIdentity", "").endswith("/readme"), "still held"
+
+    kubectl(bedroom.plane, "apply", "-n", bedroom.namespace, "-f", str(REPO / "examples" / "rbac" / "dev-users.yaml"))
+    wait_until_allowed(api_client(bedroom.plane, token=bedroom.plane.user_token), "create", bedroom.namespace,
+                       "intents")
+    broke = subprocess.run(readme_lease_break(bedroom.namespace), capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "KUBECONFIG": str(bedroom.plane.kubeconfig)})
+    assert broke.returncode == 0, broke.stdout + broke.stderr
+    assert "is broken: I am using it" in broke.stdout, broke.stdout
+    told = bedroom.ask(b, "agent-b", value=24, holder="readme")
+    assert told["code"] == "DENY_LEASED" and "was broken by corral-dev-user" in told["message"], told
+    records = wait_for(lambda: [r for r in read_records(bedroom.controller.audit_dir) if r.kind == "lease.broken"
+                                and r.data.get("holderId") == "readme"], "the break on record")
+    assert records[-1].data["by"] == DEV_USER and records[-1].data["reason"] == "I am using it"
 
 
 def test_a_target_a_person_applies_to_a_leased_device_waits_for_the_lease_to_end(bedroom: Bedroom) -> None:

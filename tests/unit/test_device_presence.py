@@ -32,6 +32,7 @@ def test_the_broker_log_lines_that_say_a_client_went_away_or_came() -> None:
     gone = [
         "Client light-1 disconnected.",
         "Client light-1 has been disconnected by administrative action.",
+        "Client light-1 been disconnected by administrative action.",  # sic: Mosquitto 2.0.11's kick
         "Client light-1 closed its connection.",
         "Client light-1 has exceeded timeout, disconnecting.",
         "Socket error on client light-1, disconnecting.",

@@ -8,7 +8,7 @@ for refused PUBLISHes (`devices.refusals`). These lines (Mosquitto 2.0) are the 
 
     New client connected from 127.0.0.1:40312 as light-1 (p2, c1, k30, u'light-1').
     Client light-1 disconnected.                       (by itself, or kicked: the plugin's kick logs this)
-    Client light-1 has been disconnected by administrative action.
+    Client light-1 been disconnected by administrative action.   (sic, 2.0.11: a kick, with no Will)
     Client light-1 closed its connection.
     Client light-1 has exceeded timeout, disconnecting.
     Socket error on client light-1, disconnecting.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from corral.contract.text import bounded
 
 _CONNECTED = re.compile(r"New client connected from \S+ as (?P<client>\S+) \(")
-_GONE = re.compile(r"(?:\bClient (?P<client>[^\s,]+) (?P<what>disconnected|has been disconnected|closed its connection"
+_GONE = re.compile(r"(?:\bClient (?P<client>[^\s,]+) (?P<what>disconnected|(?:has )?been disconnected|closed its connection"
                    r"|has exceeded timeout)|Socket error on client (?P<socket>[^\s,]+), disconnecting)")
 _UNKNOWN = "<unknown>"
 

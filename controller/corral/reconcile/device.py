@@ -296,8 +296,9 @@ class DeviceReconciler:
                 return Result.after(delay)
             rt.failures, rt.next_attempt = 0, 0.0
             changed = rt.report(dict(ack.state))
-            # An Intent's outcome Event tells what its command changed; the record is kept either way.
-            self.notices.state_changed(rt, changed, f"command {command.id} ({cause})", body, event=pin is None)
+            # On the Device too when an Intent asked: `kubectl describe device` shows only Events regarding it (the
+            # Intent's outcome Event names the Device as `related`, which describe does not read).
+            self.notices.state_changed(rt, changed, f"command {command.id} ({cause})", body)
             if ack.clamped is not None:
                 self.notices.post(body, "ValueClamped", "Command",
                                   f"The device clamped {ack.clamped.actuator}: requested {ack.clamped.requested!r}, "

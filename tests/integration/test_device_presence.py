@@ -1,0 +1,141 @@
+"""A device's presence and history as people see them: real firmware, the real broker and API server, `corral run`.
+
+A device the broker throws off by administrative action (its account disabled, deleted or changed, by
+`corral devices revoke` and `rotate`, or by an administrator's `mosquitto_ctrl`) sends no Last Will, so its
+retained status keeps saying `online`. The controller takes it offline from the broker's answer to its own
+account change, and from the broker's log for anyone else's (`corral run --broker-log`). And what happens to a
+Device shows on the Device itself: `kubectl describe device` lists the Events regarding it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+import pytest
+
+from corral.api.codes import FINAL_PHASES
+from corral.client.intents import decide_on, submit, wait_settled
+from corral.devcluster.plane import Plane
+from tests.broker_harness import dynsec
+from tests.controller_harness import CORRAL, ControllerProcess, device, events
+from tests.fleet_harness import running_fleet
+from tests.harness import fresh_namespace, grant, kubectl, wait_for
+
+pytestmark = pytest.mark.integration
+
+LOCK, PORCH, SPARE = "front-door-lock", "porch-light", "spare-light"
+OFFLINE_WITHIN_S = 5.0
+
+
+@dataclass
+class House:
+    plane: Plane
+    admin: kubernetes.client.ApiClient
+    operator: kubernetes.client.ApiClient
+    parent: kubernetes.client.ApiClient
+    namespace: str
+    controller: ControllerProcess
+
+    def status(self, name: str) -> dict[str, Any]:
+        return device(self.admin, self.namespace, name).get("status") or {}
+
+    def ask(self, name: str, actuator: str, value: Any) -> str:
+        intent = f"req-{uuid.uuid4().hex[:8]}"
+        spec = {"device": name, "actuator": actuator, "action": "set_state", "params": {"value": value},
+                "reason": "presence test", "requester": f"system:serviceaccount:{self.namespace}:operator"}
+        assert submit(self.operator, self.namespace, intent, spec).code == "CREATED"
+        return intent
+
+    def outcome(self, intent: str, timeout_s: float = 20) -> dict[str, Any]:
+        return wait_for(lambda: (s := (wait_settled(self.admin, self.namespace, intent, 5).get("status") or {}))
+                        .get("phase") in FINAL_PHASES and s, f"Intent {intent} to end", timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def house(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[House]:
+    logs = tmp_path_factory.mktemp("presence")
+    prefix = f"prs-{uuid.uuid4().hex[:8]}"
+    with fresh_namespace(corral_api, "presence") as namespace:
+        operator = grant(plane, corral_api, namespace, "operator", "[get, list, read, write]", "[get]", "write")
+        parent = grant(plane, corral_api, namespace, "parent", "[get, list, read, approve]", "[get, list, create]",
+                       "approve", person=True)
+        with running_fleet(plane, prefix, {LOCK: "lock", PORCH: "light", SPARE: "light"},
+                           enroll_in=(corral_api, namespace)):
+            controller = ControllerProcess(plane, namespace, prefix, logs / "controller.log",
+                                           "--broker-log", str(plane.broker_log))
+            controller.start()
+            try:
+                house = House(plane, corral_api, operator, parent, namespace, controller)
+                wait_for(lambda: all(house.status(d).get("inSync") and house.status(d).get("online")
+                                     for d in (LOCK, PORCH, SPARE)), f"the house online (logs in {logs})",
+                         timeout_s=45)
+                yield house
+            finally:
+                controller.stop()
+
+
+def test_a_revoked_device_is_offline_within_seconds_and_an_intent_to_it_ends_device_gone(house: House) -> None:
+    invoked = time.monotonic()
+    revoked = subprocess.run([CORRAL, "devices", "revoke", SPARE, "-n", house.namespace, "--kubeconfig",
+                              str(house.plane.kubeconfig)], capture_output=True, text=True, timeout=60)
+    assert revoked.returncode == 0, revoked.stderr
+    returned = time.monotonic()
+    wait_for(lambda: house.status(SPARE).get("online") is False, "the revoked device offline in status",
+             timeout_s=OFFLINE_WITHIN_S)
+    print(f"revoked device offline in status {time.monotonic() - invoked:.2f} s after corral devices revoke started "
+          f"({returned - invoked:.2f} s of it the command itself)")
+    gone = house.outcome(house.ask(SPARE, "power", True))
+    assert gone["code"] == "DEVICE_GONE" and "offline" in gone["message"], gone
+    note = next(e.note for e in events(house.admin, house.namespace, SPARE) if e.reason == "Offline")
+    assert "revoked" in note, note
+
+    # The positive control: a device nobody revoked stays online and executes.
+    assert house.status(PORCH).get("online") is True
+    done = house.outcome(house.ask(PORCH, "power", not house.status(PORCH)["reported"]["power"]))
+    assert done["code"] == "EXECUTED", done
+
+
+def test_a_device_an_administrator_kicks_is_offline_and_online_again_once_it_is_back(house: House) -> None:
+    """Someone else's kick (here the broker admin's, as `mosquitto_ctrl dynsec disableClient` sends it): only the
+    broker's log tells it. Its re-enabled account lets the firmware back in, and the status follows."""
+    assert house.status(PORCH).get("online") is True
+    dynsec(house.plane, [{"command": "disableClient", "username": PORCH}])
+    try:
+        started = time.monotonic()
+        wait_for(lambda: house.status(PORCH).get("online") is False, "the kicked device offline in status",
+                 timeout_s=OFFLINE_WITHIN_S)
+        print(f"kicked device offline in status {time.monotonic() - started:.2f} s after the kick")
+    finally:
+        dynsec(house.plane, [{"command": "enableClient", "username": PORCH}])
+    wait_for(lambda: house.status(PORCH).get("online") is True, "the device online again once it reconnected",
+             timeout_s=15)
+    told = [(e.reason, e.note) for e in events(house.admin, house.namespace, PORCH) if e.reason in ("Offline", "Online")]
+    assert [reason for reason, _ in told][-2:] == ["Offline", "Online"], told
+    assert "the broker logged" in told[-2][1] and PORCH in told[-2][1], told
+    done = house.outcome(house.ask(PORCH, "power", not house.status(PORCH)["reported"]["power"]))
+    assert done["code"] == "EXECUTED", done
+
+
+def test_kubectl_describe_device_tells_what_an_intent_did_to_the_lock(house: House) -> None:
+    locked = house.status(LOCK)["reported"]["locked"]
+    intent = house.ask(LOCK, "locked", not locked)
+    wait_for(lambda: (wait_settled(house.admin, house.namespace, intent, 5).get("status") or {})
+             .get("phase") == "AwaitingApproval", "the lock's Intent to wait for a person")
+    decide_on(house.parent, house.namespace, intent, "Approve", "the door, as asked")
+    done = house.outcome(intent)
+    assert done["code"] == "EXECUTED", done
+
+    def described() -> str | None:
+        shown = kubectl(house.plane, "describe", "device", LOCK, "-n", house.namespace).stdout
+        return shown if "StateChanged" in shown and intent in shown else None
+    shown = wait_for(described, "kubectl describe device to show the Intent's change", timeout_s=10)
+    events_part = shown.split("Events:", 1)[1]
+    assert "<none>" not in events_part.splitlines()[0], shown
+    assert f'"locked": {str(not locked).lower()}' in events_part, events_part
