@@ -87,7 +87,9 @@ def _list_devices() -> None:
                    "client ids).")
 @password_file_option
 @click.option("--prefix", default="iot", show_default=True, help="Topic prefix: devices use PREFIX/ID/info, .../cmd, ...")
-@click.option("--telemetry-interval", default=5.0, show_default=True, type=click.FloatRange(min=0.05), metavar="SECONDS", help="Each device publishes telemetry this often.")
+@click.option("--telemetry-interval", default=5.0, show_default=True, type=click.FloatRange(min=0.05), metavar="SECONDS", help="Each device publishes telemetry this often. The catalog's contracts declare 5 s "
+              "(interval_s), from which the controller allows a cited reading 12.5 s: slower than that, a citation can "
+              "be stale before the next sample comes.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of sensor noise, input changes and fault timing: same seed, same readings and faults.")
 @click.option("--drop-link-every", type=click.FloatRange(min=0.1), metavar="SECONDS", help="Fault: each device's link dies (no DISCONNECT, so the Will fires) about this often.")
 @click.option("--link-down", default=3.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS", help="How long a dropped link stays down.")
