@@ -830,6 +830,27 @@ def _checkpoint(admin: kubernetes.client.ApiClient, name: str) -> dict[str, Any]
     return spec
 
 
+def test_a_second_signing_key_is_trusted_beside_the_first_and_never_replaces_it(installed: Installed,
+                                                                                 tmp_path: Path) -> None:
+    """Rotation as the README says it: a new key under another entry; the same entry with another key is refused
+    (replacing a trusted key would refuse every device signed with the old one), and the Secret is left as it was."""
+    core = kubernetes.client.CoreV1Api(installed.admin)
+    before = core.read_namespaced_secret("corral-signing-keys", SYSTEM).data
+
+    def keygen(key: str, *more: str) -> Any:
+        return CliRunner().invoke(cli, ["contracts", "keygen", "--key", str(tmp_path / key), "--secret",
+                                        f"{SYSTEM}/corral-signing-keys", "--kubeconfig",
+                                        str(installed.plane.kubeconfig), *more])
+
+    clash = keygen("again.pem")
+    assert clash.exit_code == 1 and "already trusts another key as 'vendor': choose another entry" in clash.stderr
+    assert core.read_namespaced_secret("corral-signing-keys", SYSTEM).data == before
+    added = keygen("next.pem", "--entry", "vendor-2027")
+    assert added.exit_code == 0, added.output
+    after = core.read_namespaced_secret("corral-signing-keys", SYSTEM).data
+    assert after == {**before, "vendor-2027": base64.b64encode(added.stdout.encode()).decode()}
+
+
 @pytest.mark.parametrize(("verb", "group", "resource", "namespace"), [
     ("get", "", "secrets", SYSTEM), ("list", "", "secrets", "default"), ("create", "", "secrets", HOME),
     ("delete", "corral.dev", "devices", HOME), ("create", "corral.dev", "devices", HOME),

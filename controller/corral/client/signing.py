@@ -129,22 +129,39 @@ def firmware_contracts(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def trust_key(client: kubernetes.client.ApiClient, namespace: str, name: str, entry: str,
-              key: Ed25519PrivateKey) -> None:
+              key: Ed25519PrivateKey, replace: bool = False) -> None:
     """Add the public half of `key` to the trusted-keys Secret as data entry `entry`, creating the Secret if
-    needed (server-side apply: other entries stay). An entry that holds another key is not replaced."""
+    needed; other entries stay. An entry that holds another key is replaced only with `replace` (the demo's own
+    entry): replacing a trusted key refuses every device signed with the old one. Nothing is written when the
+    entry already holds this key.
+
+    A merge patch of the one entry, not a server-side apply: an apply that names one entry would remove the
+    entries this same field manager added before (a second key, added for a rotation)."""
     import base64
 
     import kubernetes as k8s
 
-    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "corral"}},
-            "data": {entry: base64.b64encode(public_pem(key)).decode()}}
+    core = k8s.client.CoreV1Api(client)
+    value = base64.b64encode(public_pem(key)).decode()
     try:
-        k8s.client.CoreV1Api(client).patch_namespaced_secret(
-            name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/apply-patch+yaml")
+        held = (core.read_namespaced_secret(name, namespace).data or {}).get(entry)
     except k8s.client.ApiException as err:
-        if err.status == 409:
-            raise SigningError(f"Secret {namespace}/{name} already has an entry {entry!r} with another key, set by "
-                               "someone else: choose another entry name (both keys are then trusted), or remove "
-                               "that entry first if its key is retired") from None
-        raise
+        if err.status != 404:
+            raise
+        body = {"metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "corral"}}, "type": "Opaque",
+                "data": {entry: value}}
+        try:
+            core.create_namespaced_secret(namespace, body, field_manager=FIELD_MANAGER)
+            return
+        except k8s.client.ApiException as created:
+            if created.status != 409:  # made by someone else meanwhile: add the entry to theirs
+                raise
+        held = (core.read_namespaced_secret(name, namespace).data or {}).get(entry)
+    if held == value:
+        return
+    if held is not None and not replace:
+        raise SigningError(f"Secret {namespace}/{name} already trusts another key as {entry!r}: choose another entry "
+                           "name (--entry; both keys are then trusted, so devices signed with the old one keep "
+                           "working), or remove that entry first if its key is retired")
+    core.patch_namespaced_secret(name, namespace, {"data": {entry: value}}, field_manager=FIELD_MANAGER,
+                                 _content_type="application/merge-patch+json")

@@ -216,7 +216,7 @@ class Demo:
             key = signing.ensure_key(self.state_dir / SIGNING_KEY_FILE)
             build = self.state_dir / "signed-contracts.json"
             signing.write_build(build, signing.sign_types([], key))
-            signing.trust_key(admin, self.namespace, SIGNING_KEYS_SECRET, "demo", key)
+            signing.trust_key(admin, self.namespace, SIGNING_KEYS_SECRET, "demo", key, replace=True)  # its own entry
         except signing.SigningError as err:
             raise DevClusterError(f"signing the catalog's contracts: {err}") from None
         self.progress(f"signed the catalog's contracts ({build}) with {self.state_dir / SIGNING_KEY_FILE}, trusted "
