@@ -115,8 +115,8 @@ def sign(contracts_to_sign: tuple[str, ...], key_path: Path, out_path: Path | No
 
     try:
         key = read_key(key_path)
-        files = [Path(c) for c in contracts_to_sign if c.endswith(".json")]
-        types = [c for c in contracts_to_sign if not c.endswith(".json")]
+        files = [Path(c) for c in contracts_to_sign if c.endswith(".json") or Path(c).is_file()]
+        types = [c for c in contracts_to_sign if Path(c) not in files]
         build = sign_types(types, key) if types or not files else {}
         for path in files:
             device_type, signed = sign_file(path, key)
