@@ -54,7 +54,7 @@ class Reader:
             index = all_blocks.index(block)
             proc = subprocess.Popen(["bash", "-c", script(block, self.ports, self.checkout / "logs", index)],
                                     cwd=self.checkout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True, env=_reader_environment())
+                                    start_new_session=True, env=_reader_environment(self.checkout / "home"))
             self.groups.append(proc.pid)
             try:
                 text, trace = proc.communicate(timeout=240)
@@ -77,9 +77,12 @@ class Reader:
                 os.killpg(group, signal.SIGTERM)
 
 
-def _reader_environment() -> dict[str, str]:
-    # A login shell's: paths and the locale, none of the test's own variables (no KUBECONFIG, no token).
-    return {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
+def _reader_environment(home: Path) -> dict[str, str]:
+    # A login shell's: paths and the locale, none of the test's own variables (no KUBECONFIG, no token), and a
+    # home of its own (kubectl's cache and the Inspector's storage stay out of the real one).
+    home.mkdir(exist_ok=True)
+    return {"HOME": str(home), **{key: value for key, value in os.environ.items()
+                                  if key in ("PATH", "LANG", "LC_ALL", "TMPDIR")}}
 
 
 @pytest.fixture(scope="module")
