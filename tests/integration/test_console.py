@@ -31,6 +31,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expec
 from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.client.intents import submit, wait_settled
 from corral.console.guard import CONTENT_SECURITY_POLICY
+from corral.devcluster.naming import name_devices
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
 from tests.controller_harness import CORRAL, ControllerProcess, device
@@ -42,8 +43,10 @@ from tests.harness import (
     healthz,
     person_name,
     person_user,
+    service_account_token,
     token_of,
     wait_for,
+    wait_until_allowed,
 )
 
 pytestmark = pytest.mark.integration
@@ -53,6 +56,20 @@ FLEET = {"front-lock": "lock", "back-lock": "lock"}
 HOSTILE_ALIAS = "<img src=x onerror=window.xss=1>"
 HOSTILE_LOCATION = "<script>window.xss=2</script>"
 HOSTILE_REASON = "<img src=x onerror=alert(document.cookie)> open up"
+# Each word of an element's text lies on one line (a Range over a word broken across lines has two boxes).
+WHOLE_WORDS = """e => {
+  const text = e.textContent;
+  const words = [...text.matchAll(/\\S+/g)];
+  const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+  const nodes = [];
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) nodes.push(n);
+  return words.length > 0 && nodes.every((node) => [...node.data.matchAll(/\\S+/g)].every((m) => {
+    const r = document.createRange();
+    r.setStart(node, m.index);
+    r.setEnd(node, m.index + m[0].length);
+    return r.getClientRects().length === 1;
+  }));
+}"""
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console-phone.png"
 PHONE = {"width": 390, "height": 844}
 
@@ -65,6 +82,7 @@ class Home:
     approver_token: str
     approver: str  # username
     viewer_token: str
+    alice_token: str  # a person named alice (ServiceAccount corral-people/alice), who may approve as the approver
     url: str  # the console
     console_log: Path
     browser: Browser
@@ -91,11 +109,36 @@ class Home:
     def context(self) -> BrowserContext:
         return self.browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True)
 
-    def sign_in(self, page: Page, token: str, path: str = "/") -> None:
+    def sign_in(self, page: Page, token: str, path: str = "/", name: str | None = None) -> None:
+        """Sign in with a person's token; the header then names them (their own name, not the username)."""
         page.goto(self.url + path)
         page.get_by_label("Token").fill(token)
         page.get_by_role("button", name="Sign in").click()
-        expect(page.locator("#username")).to_have_text(re.compile(r"system:serviceaccount:corral-people:"))
+        expect(page.locator("#username")).to_have_text(name or person_name(self.namespace, "approver"))
+
+
+def _alice(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str) -> str:
+    """A person named alice (ServiceAccount alice of the people namespace) bound to the approver's Role; her token."""
+    token = service_account_token(admin, PEOPLE_NAMESPACE, "alice")
+    kubernetes.client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "alice"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approver"},
+        "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": PEOPLE_NAMESPACE}]})
+    wait_until_allowed(api_client(plane, token=token), "approve", namespace, "devices")
+    return token
+
+
+def _read_contracts(admin: kubernetes.client.ApiClient, prefix: str, people: list[str]) -> str:
+    """Let these people (ServiceAccounts of the people namespace) read Capabilities; the ClusterRole's name."""
+    name = f"{prefix}-capabilities"
+    rbac = kubernetes.client.RbacAuthorizationV1Api(admin)
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"apiGroups": [GROUP], "resources": ["capabilities"], "verbs": ["get", "list"]}]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": who, "namespace": PEOPLE_NAMESPACE} for who in people]})
+    return name
 
 
 def _alive(process: subprocess.Popen[bytes], log: Path) -> bool:
@@ -133,6 +176,11 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, playwright: Play
                                         "[get, list, create]", "approve", person=True))
         viewer_token = token_of(grant(plane, corral_api, namespace, "viewer", "[get, list, read]", "[get, list]",
                                       "read", person=True))
+        alice_token = _alice(plane, corral_api, namespace)
+        # Device contracts are readable by everyone signed in, as the chart and the demo bind them (capability-reader
+        # to system:authenticated); here only the two who approve, so the viewer shows a card without them.
+        contracts = _read_contracts(corral_api, prefix, [person_name(namespace, "approver"), "alice"])
+        wait_until_allowed(api_client(plane, token=alice_token), "get", "", "capabilities")
         port = free_port()
         console_log = logs / "console.log"
         with running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace)) as _fleet, \
@@ -150,10 +198,12 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, playwright: Play
                 wait_for(lambda: _alive(console, console_log) and healthz(port), "the console to serve", timeout_s=30)
                 wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
                          "both locks registered and in sync", timeout_s=30)
-                _overlay(corral_api, namespace, "front-lock", "Front door", "Hallway")
+                # As the demo names its household's devices (a merge patch, only where there is no alias yet).
+                assert name_devices(corral_api, namespace, {"front-lock": {"alias": "Front door", "location": "Hallway"}},
+                                    "corral-demo") == 1
                 _overlay(corral_api, namespace, "back-lock", HOSTILE_ALIAS, HOSTILE_LOCATION)
                 yield Home(plane, namespace, corral_api, agent, approver_token,
-                           person_user(namespace, "approver"), viewer_token, f"http://127.0.0.1:{port}",
+                           person_user(namespace, "approver"), viewer_token, alice_token, f"http://127.0.0.1:{port}",
                            console_log, browser)
             finally:
                 if browser is not None:
@@ -165,6 +215,10 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, playwright: Play
                 for who in ("approver", "viewer"):
                     # The people namespace itself stays: it is shared.
                     core.delete_namespaced_service_account(person_name(namespace, who), PEOPLE_NAMESPACE)
+                core.delete_namespaced_service_account("alice", PEOPLE_NAMESPACE)
+                rbac = kubernetes.client.RbacAuthorizationV1Api(corral_api)
+                rbac.delete_cluster_role_binding(contracts)
+                rbac.delete_cluster_role(contracts)
 
 
 def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_executed(home: Home) -> None:
@@ -186,14 +240,17 @@ def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_execute
         expect(card.locator("[data-f=change]")).to_have_text("locked = true")
         expect(card.locator("[data-f=current]")).to_have_text("locked = false")
         expect(card.locator("[data-f=risk]")).to_have_text("high")
-        expect(card.locator("[data-f=requester]")).to_have_text(f"system:serviceaccount:{home.namespace}:agent")
+        expect(card.locator("[data-f=requester]")).to_have_text(f"agent in {home.namespace}")
         expect(card.locator("[data-f=reason]")).to_have_text("Everyone left the house")
         expect(card.locator("[data-f=left]")).to_have_text(re.compile(r"^\d+ (min \d\d )?s$"))
-        page.screenshot(path=str(_screenshot_path(home)))
 
-        card.get_by_role("button", name="Approve").click()
+        card.get_by_role("button", name="Approve").click()  # a lock is high risk: it asks first
+        card.get_by_role("button", name="Yes, approve").click()
         expect(page).to_have_url(f"{home.url}/intents/{home.namespace}/{name}")
-        expect(page.locator("#detail .outcome [data-f=outcome]")).to_have_text("EXECUTED", timeout=20_000)
+        outcome = page.locator("#detail .outcome")
+        expect(outcome.locator("[data-f=outcome_words]")).to_have_text("Done: Bolt → bolt thrown (locked).",
+                                                                      timeout=20_000)
+        expect(outcome.locator("[data-f=outcome]")).to_have_text("EXECUTED")  # the code, beside the words
         # ... and the agent, waiting with its own credentials, sees its request done.
         assert (wait_settled(home.agent, home.namespace, name, timeout_s=5).get("status") or {})["code"] == "EXECUTED"
         [approval] = home.approvals(name)
@@ -206,6 +263,66 @@ def test_an_approver_sees_the_request_in_context_approves_it_and_sees_it_execute
         assert _post(home, "/api/intents", None, {"Cookie": f"corral-session={cookie['value']}"}, "GET")[0] == 401
     finally:
         context.close()
+
+
+def test_alice_reads_the_lock_in_its_contracts_words_and_her_approval_waits_for_a_second_click(home: Home) -> None:
+    """The card of an unlock speaks a person's language: the contract's own words for the bolt and what unlocking
+    does (marked as the device's), the agent named as an agent, alice as alice; and a high-risk approval is not sent
+    on the first click."""
+    name = home.ask("front-lock", value=False, reason="the plumber is at the door")
+    context = home.context()
+    page = context.new_page()
+    decisions: list[str] = []
+    missing: list[str] = []
+    page.on("request", lambda r: decisions.append(r.url) if r.method == "POST" and r.url.endswith("/decision") else None)
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    try:
+        home.sign_in(page, home.alice_token, name="alice")
+        expect(page.locator("#username")).to_have_attribute("title", f"system:serviceaccount:{PEOPLE_NAMESPACE}:alice")
+        card = page.locator("article.card", has=page.get_by_text("the plumber is at the door"))
+        expect(card.get_by_role("heading")).to_have_text("front-lock (lock)")
+        expect(card.locator("[data-f=named]")).to_have_text(
+            "called “Front door” and said to be in “Hallway” by a person or agent")
+        # The contract's own words, beside the exact change; and what the device is now, in the same words.
+        expect(card.locator("[data-f=change_words]")).to_have_text("Bolt → unlocked")
+        expect(card.locator("[data-f=change]")).to_have_text("locked = false")
+        expect(card.locator("[data-f=contract_says]")).to_have_text(
+            "true = bolt thrown (locked), false = unlocked. Unlocking lets anyone in.")
+        expect(card.locator("[data-f=contract_whose]")).to_have_text(
+            "the device's words (its “Door lock” contract), not Corral's")
+        expect(card.locator("[data-f=current_words]")).to_have_text("Bolt → bolt thrown (locked)")
+        expect(card.locator("[data-f=requester]")).to_have_text(f"agent in {home.namespace}")
+        expect(card.locator("[data-f=requester_kind]")).to_have_text("an agent, not a person")
+        # A name is read whole at phone width: no word of it broken across lines (a hyphen is no place to break).
+        expect(card.locator("[data-f=requester]")).to_have_attribute("title", f"system:serviceaccount:{home.namespace}:agent")
+        assert card.locator("[data-f=requester]").evaluate(WHOLE_WORDS)
+        page.screenshot(path=str(_screenshot_path(home)))
+
+        card.get_by_role("button", name="Approve").click()
+        expect(card.locator("[data-f=confirm]")).to_have_text(
+            "Really set Bolt to “unlocked” on front-lock (lock)? This is high risk.")
+        assert decisions == [] and home.approvals(name) == []  # the first click only asked
+        card.get_by_role("button", name="No, go back").click()
+        expect(card.get_by_role("button", name="Approve")).to_be_visible()
+        assert decisions == [] and home.approvals(name) == []
+        # Positive control: the second click sends alice's approval, and the lock opens.
+        card.get_by_role("button", name="Approve").click()
+        card.get_by_role("button", name="Yes, approve").click()
+        expect(page.locator("#detail .outcome [data-f=outcome_words]")).to_have_text("Done: Bolt → unlocked.",
+                                                                                     timeout=20_000)
+        assert len(decisions) == 1
+        [approval] = home.approvals(name)
+        assert approval["spec"]["approver"] == f"system:serviceaccount:{PEOPLE_NAMESPACE}:alice"
+        assert missing == []  # the favicon too
+    finally:
+        context.close()
+
+
+def test_the_demo_names_a_device_once_and_leaves_a_persons_rename_alone(home: Home) -> None:
+    assert name_devices(home.admin, home.namespace, {"front-lock": {"alias": "Back door", "location": "Garden"}},
+                        "corral-demo") == 0
+    assert device(home.admin, home.namespace, "front-lock")["spec"]["overlay"] == {
+        "alias": "Front door", "location": "Hallway"}
 
 
 def test_a_link_to_one_intent_signs_in_first_then_a_denial_ends_it_denied_by_approver(home: Home) -> None:
@@ -224,8 +341,10 @@ def test_a_link_to_one_intent_signs_in_first_then_a_denial_ends_it_denied_by_app
         card = page.locator("#detail article.card")
         expect(card.locator("[data-f=change]")).to_have_text("locked = true")
         card.get_by_label("Reason").fill("not while the kids are out")
-        card.get_by_role("button", name="Deny").click()
-        expect(card.locator("[data-f=outcome]")).to_have_text("DENIED_BY_APPROVER", timeout=20_000)
+        card.get_by_role("button", name="Deny").click()  # a denial sends at once: nothing happens to the lock
+        expect(card.locator("[data-f=outcome_words]")).to_have_text(
+            f"Denied by {person_name(home.namespace, 'approver')}: not while the kids are out.", timeout=20_000)
+        expect(card.locator("[data-f=outcome]")).to_have_text("DENIED_BY_APPROVER")
         expect(card.locator("[data-f=message]")).to_contain_text("not while the kids are out")
         assert home.intent(name)["status"]["code"] == "DENIED_BY_APPROVER"
     finally:
@@ -237,12 +356,16 @@ def test_a_person_who_may_list_intents_but_not_approve_sees_nothing_to_approve(h
     context = home.context()
     page = context.new_page()
     try:
-        home.sign_in(page, home.viewer_token)
+        home.sign_in(page, home.viewer_token, name=person_name(home.namespace, "viewer"))
         expect(page.get_by_text("Nothing is waiting for your approval.")).to_be_visible()
         expect(page.locator("article.card")).to_have_count(0)
         # Its own page shows the request, but no buttons: the API server would refuse the Approval anyway.
         page.goto(f"{home.url}/intents/{home.namespace}/{name}")
         expect(page.get_by_text("You may not approve actions on this device.")).to_be_visible()
+        # Nor read Capabilities here: the change in its exact form only, no contract words to show.
+        expect(page.locator("#detail [data-f=change]")).to_have_text("locked = false")
+        expect(page.locator("#detail [data-f=change_words]")).to_be_hidden()
+        expect(page.locator("#detail [data-f=contract_says]")).to_be_hidden()
         expect(page.get_by_role("button", name="Approve")).to_be_hidden()
         status, answer = _post(home, f"/api/intents/{home.namespace}/{name}/decision",
                                {"decision": "Approve", "csrf": _csrf(page)}, _cookie_header(context))
@@ -320,12 +443,16 @@ def test_a_new_request_appears_without_a_reload_and_what_devices_and_agents_wrot
 
 
 def test_every_answer_carries_the_strict_headers(home: Home) -> None:
-    for path in ("/", "/static/app.js", "/api/session", f"/intents/{home.namespace}/x", "/missing", "/api/intents"):
+    for path in ("/", "/static/app.js", "/api/session", f"/intents/{home.namespace}/x", "/missing", "/api/intents",
+                 "/favicon.ico"):
         request = urllib.request.Request(home.url + path)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 headers = response.headers
+                if path == "/favicon.ico":  # it was a 404 in every browser's first request
+                    assert response.status == 200 and response.read(4) == b"\x00\x00\x01\x00"
         except urllib.error.HTTPError as err:
+            assert path != "/favicon.ico", err
             headers = err.headers
         assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY, path
         assert headers["X-Content-Type-Options"] == "nosniff" and headers["Referrer-Policy"] == "no-referrer", path

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import kubernetes
 
+from corral.api.codes import PEOPLE_NAMESPACE
 from corral.gateway.identity import anonymous
 
 IN_CLUSTER_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
@@ -78,10 +79,13 @@ def _cluster_of_kubeconfig(kubeconfig: str | None, context: str | None,
 @click.option("--api-server", metavar="URL", help="The API server's URL, instead of a kubeconfig.")
 @click.option("--api-ca", type=click.Path(dir_okay=False), metavar="FILE",
               help="CA certificate of the API server (with --api-server, or in a Pod without a mounted token).")
+@click.option("--people-namespace", default=PEOPLE_NAMESPACE, show_default=True, metavar="NS",
+              help="The namespace whose ServiceAccounts are people (as `corral run` has it): shown by their name "
+                   "(alice), other ServiceAccounts as agents (agent in home).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (to stderr).")
 def console(host: str, port: int, public_url: str | None, allowed_origins: tuple[str, ...],
             namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None, context: str | None,
-            api_server: str | None, api_ca: str | None, verbose: bool) -> None:
+            api_server: str | None, api_ca: str | None, people_namespace: str, verbose: bool) -> None:
     """Serve the approval page: people sign in with their own Kubernetes token and approve or deny the
     Intents waiting for them, as themselves."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
@@ -107,6 +111,7 @@ def console(host: str, port: int, public_url: str | None, allowed_origins: tuple
         origins=own_origins(public_url, host, port, allowed_origins),
         secure_cookies=bool(public_url and public_url.lower().startswith("https:")),
         public_url=public_url,
+        people_namespace=people_namespace,
     )
     shown = public_url or f"http://{host if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{port}/"
     click.echo(f"Approval page: {shown} (API server {config.host}; namespaces: "

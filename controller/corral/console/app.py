@@ -11,6 +11,7 @@ Routes:
   GET  /api/intents/NS/NAME         one Intent, waiting or decided (its outcome), and whether agents are paused there
   POST /api/intents/NS/NAME/decision  `decision` Approve|Deny, `reason`, `uid`: an Approval in the person's name
   GET  /healthz
+  GET  /favicon.ico                 the page's icon
 
 Every POST needs the session's CSRF token (header X-CSRF-Token or form field `csrf`; for sign-in, the one
 GET /api/session handed out with a cookie) and must come from the page's own origin (guard.py).
@@ -35,12 +36,14 @@ import kubernetes
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from corral.api.codes import PEOPLE_NAMESPACE
 from corral.client.asyncapi import ApiError
 from corral.client.intents import decide_on_async
 from corral.console.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, cross_site_refusal, origin_of
 from corral.console.people import Person, SignInRefused, clean_token, review
 from corral.console.sessions import Session, SessionStore
 from corral.console.waiting import intent_view, paused_notices, waiting_devices, waiting_for
+from corral.console.words import who
 from corral.contract.text import written_text
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Settings:
     public_url: str | None = None
     session_max_age_s: float = 8 * 3600.0
     session_idle_s: float = 3600.0
+    people_namespace: str = PEOPLE_NAMESPACE  # its ServiceAccounts are people, named by their own name
 
 
 @dataclass
@@ -126,10 +130,14 @@ class Console:
     async def healthz(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok")
 
+    async def favicon(self, request: web.Request) -> web.StreamResponse:
+        # Browsers ask for /favicon.ico whatever the page links; a 404 there fills every log with noise.
+        return web.FileResponse(static_dir() / "favicon.ico", headers={"Cache-Control": "max-age=86400"})
+
     async def get_session(self, request: web.Request) -> web.StreamResponse:
         current = self.session(request)
         if current is not None:
-            return _json(_signed_in(current[0]))
+            return _json(self._signed_in(current[0]))
         # Not signed in: a sign-in CSRF token, in a cookie and in the answer (double submit).
         token = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(32)
         response = _json({"signedIn": False, "csrf": token})
@@ -158,7 +166,7 @@ class Console:
                 await person.close()
         self.people[session.id] = Person(self.settings.base, token, identity)
         log.info("signed in: %s", identity.username)
-        response = _json(_signed_in(session))
+        response = _json(self._signed_in(session))
         response.set_cookie(self.cookie_name(request), session.id, httponly=True, samesite="Strict",
                             secure=self._secure(request), path="/", max_age=int(self.settings.session_max_age_s))
         response.del_cookie(LOGIN_COOKIE, path="/")
@@ -184,10 +192,11 @@ class Console:
             keys = waiting_devices(intents)
             approvable = await person.approvable(keys)
             devices = await person.devices(approvable)
+            contracts = await person.contracts(devices)
             switches = await person.switches(self.settings.namespaces)
         except API_FAILURES as err:
             return await self._failed(request, session, err)
-        views = waiting_for(intents, devices, approvable, datetime.now(UTC))
+        views = waiting_for(intents, devices, approvable, datetime.now(UTC), contracts, self.settings.people_namespace)
         return _json({"items": [v.as_json() for v in views], "problems": problems,
                       "namespaces": self.settings.namespaces, "username": session.username,
                       "paused": paused_notices(switches, self.settings.namespaces)})
@@ -200,10 +209,12 @@ class Console:
             key = (namespace, str(intent["spec"].get("device") or ""))
             may = await person.may_approve(key)
             device = await person.device(key)
+            contract = await person.contract(device)
             switches = await person.switches([namespace])
         except API_FAILURES as err:
             return await self._failed(request, session, err, (namespace, name))
-        return _json({"intent": intent_view(intent, device, may, datetime.now(UTC)).as_json(),
+        view = intent_view(intent, device, may, datetime.now(UTC), contract, self.settings.people_namespace)
+        return _json({"intent": view.as_json(),
                       "username": session.username, "paused": paused_notices(switches, [namespace])})
 
     async def decide(self, request: web.Request) -> web.StreamResponse:
@@ -233,6 +244,12 @@ class Console:
                       "message": f"You {done} {name}; the controller decides what happens next."})
 
     # Helpers ----------------------------------------------------------------------------------------------
+
+    def _signed_in(self, session: Session) -> dict[str, Any]:
+        # `name`: what the header shows ("alice", not system:serviceaccount:corral-people:alice).
+        return {"signedIn": True, "username": session.username,
+                "name": who(session.username, self.settings.people_namespace).name,
+                "groups": list(session.groups), "csrf": session.csrf}
 
     def _signed_in_or_401(self, request: web.Request) -> tuple[Session, Person]:
         current = self.session(request)
@@ -267,10 +284,6 @@ class Console:
 def _valid(request: web.Request) -> bool:
     return bool(NAMESPACE_PATTERN.fullmatch(request.match_info.get("namespace", ""))
                 and NAME_PATTERN.fullmatch(request.match_info.get("name", "")))
-
-
-def _signed_in(session: Session) -> dict[str, Any]:
-    return {"signedIn": True, "username": session.username, "groups": list(session.groups), "csrf": session.csrf}
 
 
 def _same(a: str, b: str | None) -> bool:
@@ -362,6 +375,7 @@ def build_app(settings: Settings) -> web.Application:
     app.router.add_get("/", console.page)
     app.router.add_get("/intents/{namespace}/{name}", console.page)
     app.router.add_get("/healthz", console.healthz)
+    app.router.add_get("/favicon.ico", console.favicon)
     app.router.add_get("/api/session", console.get_session)
     app.router.add_post("/api/session", console.sign_in)
     app.router.add_post("/api/signout", console.sign_out)

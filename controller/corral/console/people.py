@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -24,6 +25,7 @@ from corral.console.waiting import DeviceKey
 
 APPROVE_TTL_S: Final = 10.0  # as the controller: a grant or a revocation shows within this time
 MAX_TOKEN_CHARS: Final = 16_384
+CAPABILITY_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 class SignInRefused(Exception):
@@ -61,6 +63,8 @@ class Person:
         self.api = AsyncApi(with_token(base, token), connections=8, timeout_s=15.0)
         self._clock = clock
         self._approve: dict[DeviceKey, tuple[float, bool]] = {}
+        self._contracts: dict[str, dict[str, Any]] = {}  # Capability name -> its spec
+        self._no_contract: dict[str, float] = {}  # Capability name -> until when a refusal stands
 
     async def close(self) -> None:
         await self.api.close()
@@ -100,6 +104,39 @@ class Person:
     async def devices(self, keys: Iterable[DeviceKey]) -> dict[DeviceKey, dict[str, Any] | None]:
         keys = list(keys)
         found = await asyncio.gather(*(self.device(k) for k in keys))
+        return dict(zip(keys, found, strict=True))
+
+    async def contract(self, device: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The spec of the Capability the controller trusts for this Device (its accepted one, else the one it
+        announced), or None when there is none or the person may not read it. Capabilities never change (their
+        name is their content's hash), so a read one is kept; a refusal is asked again after APPROVE_TTL_S."""
+        status = (device or {}).get("status") or {}
+        name = status.get("acceptedCapability") or status.get("capability")
+        if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name):
+            return None
+        now = self._clock()
+        if name in self._contracts:
+            return self._contracts[name]
+        if self._no_contract.get(name, 0.0) > now:
+            return None
+        try:
+            found = await self.api.request("GET", path_of(GROUP, VERSION, "capabilities", None, name))
+        except ApiError as err:
+            if err.status not in (403, 404):
+                raise
+            if len(self._no_contract) > 256:
+                self._no_contract.clear()
+            self._no_contract[name] = now + APPROVE_TTL_S
+            return None
+        if len(self._contracts) > 256:
+            self._contracts.clear()
+        self._contracts[name] = spec = dict(found.get("spec") or {})
+        return spec
+
+    async def contracts(self, devices: dict[DeviceKey, dict[str, Any] | None]
+                        ) -> dict[DeviceKey, dict[str, Any] | None]:
+        keys = list(devices)
+        found = await asyncio.gather(*(self.contract(devices[k]) for k in keys))
         return dict(zip(keys, found, strict=True))
 
     async def switches(self, namespaces: list[str] | None) -> list[dict[str, Any]]:

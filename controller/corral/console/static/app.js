@@ -127,7 +127,9 @@
 
   function signedIn(session) {
     csrf = session.csrf;
-    $("username").textContent = session.username;
+    // The person's name ("alice"), the exact username a tap or hover away.
+    $("username").textContent = session.name || session.username;
+    $("username").title = session.username;
     $("who").hidden = false;
     render();
   }
@@ -185,18 +187,53 @@
     return `${item.namespace}/${item.name}/${item.uid}`;
   }
 
+  // A high- or critical-risk approval asks first (item.confirm is the question): the first Approve sends nothing.
+  function confirming(card, on) {
+    field(card, "confirm_box").hidden = !on;
+    field(card, "buttons").hidden = on;
+    if (on) field(card, "no").focus();
+  }
+
   function newCard(item) {
     const card = $("card-template").content.firstElementChild.cloneNode(true);
     const form = card.querySelector("form.decide");
+    const reason = () => form.elements.namedItem("reason").value;
+    card.item = item;
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       const decision = event.submitter ? event.submitter.value : "Approve";
-      decide(card, item, decision, form.elements.namedItem("reason").value);
+      if (decision === "Approve" && card.item.confirm) {
+        confirming(card, true);
+        return;
+      }
+      decide(card, card.item, decision, reason());
     });
+    field(card, "yes").addEventListener("click", () => {
+      confirming(card, false);
+      decide(card, card.item, "Approve", reason());
+    });
+    field(card, "no").addEventListener("click", () => confirming(card, false));
     return card;
   }
 
+  // An identity's name, each word in a span of its own that never breaks (style.css: .identity .word).
+  function named(element, text, title) {
+    const parts = [];
+    String(text || "").split(" ").filter(Boolean).forEach((word, index) => {
+      if (index > 0) parts.push(" ");
+      const span = document.createElement("span");
+      span.className = "word";
+      span.textContent = word;
+      parts.push(span);
+    });
+    element.replaceChildren(...parts);
+    element.title = title || "";
+  }
+
+  const KINDS = { agent: "an agent, not a person", system: "a Kubernetes system identity" };
+
   function fill(card, item) {
+    card.item = item;
     card.dataset.risk = item.risk;
     set(card, "risk", item.risk);
     // The card leads with what the device is (its name and type, as enrolled); what a person or an agent called
@@ -207,10 +244,23 @@
     set(card, "named", item.named);
     field(card, "named").hidden = !item.named;
     set(card, "namespace", `namespace ${item.namespace}`);
+    // The change in the contract's words (the device's, marked so), its exact form beside it.
+    set(card, "change_words", item.change_words);
+    field(card, "change_words").hidden = !item.change_words;
+    field(card, "change_words").title = "in the words of the device's contract";
     set(card, "change", item.change);
+    set(card, "contract_says", item.contract_says);
+    set(card, "contract_whose", item.device_kind
+      ? `the device's words (its “${item.device_kind}” contract), not Corral's`
+      : "the device's words (its contract), not Corral's");
+    field(card, "contract_row").hidden = !item.contract_says;
+    set(card, "current_words", item.current_words);
+    field(card, "current_words").hidden = !item.current_words;
     set(card, "current", item.current == null ? "unknown" : item.current);
     set(card, "current_note", item.current_note ? `(${item.current_note})` : "");
-    set(card, "requester", item.requester);
+    named(field(card, "requester"), item.requester_name || item.requester, item.requester);
+    set(card, "requester_kind", KINDS[item.requester_kind] || "");
+    set(card, "confirm", item.confirm);
     set(card, "reason", item.reason);
     const readings = field(card, "readings");
     readings.replaceChildren(...item.based_on.map((r) => {
@@ -230,6 +280,8 @@
     card.querySelector(".cannot").hidden = !(item.waiting && !item.may_approve);
     const outcome = card.querySelector(".outcome");
     outcome.hidden = item.waiting;
+    set(card, "outcome_words", item.outcome_words);
+    field(card, "outcome_words").title = item.outcome;
     set(card, "outcome", item.outcome);
     set(card, "message", item.message);
     outcome.dataset.outcome = item.outcome;
