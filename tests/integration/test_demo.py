@@ -208,6 +208,14 @@ def test_the_demo_requires_signed_contracts_and_refuses_an_unsigned_or_forged_on
                  timeout_s=30)
 
 
+def test_the_demos_devices_carry_the_names_and_rooms_of_its_household(home: Home) -> None:
+    """The approval card and `kubectl get devices` read "Front door" in the "Hallway", not the device id twice."""
+    home_devices = devices(api_client(_running(home)), "home")
+    overlays = {d: (home_devices[d].get("spec") or {}).get("overlay") for d in (s.device_id for s in preset("home"))}
+    assert overlays["front-door-lock"] == {"alias": "Front door", "location": "Hallway"}
+    assert [d for d, overlay in overlays.items() if not (overlay or {}).get("alias")] == []
+
+
 def _contract_refused(admin: kubernetes.client.ApiClient, name: str) -> dict[str, Any] | None:
     conditions = (device(admin, "home", name).get("status") or {}).get("conditions", [])
     return next((c for c in conditions if c["type"] == "ContractValid" and c["status"] == "False"), None)

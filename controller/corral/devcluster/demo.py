@@ -34,6 +34,7 @@ from corral.client.apply import apply_yaml
 from corral.client.install import install_api
 from corral.devcluster import broker, files
 from corral.devcluster.errors import DevClusterError
+from corral.devcluster.naming import name_devices
 from corral.devcluster.plane import DevPlane, find_mosquitto
 from corral.devcluster.processes import accepts_connections, child_environment, free_port, port_is_free
 from corral.devcluster.readings_api import register_readings_api, unregister_readings_api
@@ -41,7 +42,7 @@ from corral.devices.credentials import write_credentials
 from corral.gateway.identity import Caller, anonymous
 from corral.privatefile import write_private
 from corral_sim.fleet import DeviceSpec
-from corral_sim.presets import preset
+from corral_sim.presets import overlay_of, preset
 
 FIELD_MANAGER = "corral-demo"
 AUDIT_PORT = 8443  # the audit log reader, as the README shows it (another port when 8443 is taken)
@@ -118,6 +119,7 @@ class Demo:
         token_file = self._agent_token(admin)
         devices = preset("home")
         credentials = self._enroll(admin, devices)
+        name_devices(admin, self.namespace, overlay_of("home"), FIELD_MANAGER)  # "Front door" in the "Hallway"
         signed_build, signing_keys = self._sign_firmware(admin)
         env = child_environment(os.environ, KUBECONFIG=str(kubeconfig))
         self.progress(f"starting {len(devices)} simulated devices, the controller and the MCP gateway")
