@@ -128,6 +128,8 @@ def test_step_by_step_a_device_of_ones_own_a_patch_handed_back_and_an_approved_l
                      "the Intent on the person's field decided", timeout_s=30)
     message = reader.intent("readme-conflict")["status"].get("message", "")
     assert ended == "FAILED" and "kubectl-patch" in message, message
+    # and it says how to hand the field back, as the README does.
+    assert """-p '{"spec":{"target":{"power":null}}}'""" in message, message
     # The lock the person asked for, approved by someone else, ran.
     wait_for(lambda: (reader.intent("lock-up-0001").get("status") or {}).get("code") == "EXECUTED",
              "lock-up-0001 EXECUTED after corral-dev-user approved it", timeout_s=30)

@@ -560,8 +560,11 @@ class IntentReconciler:
         except FieldConflict as conflict:
             await self._finish(body, view, "FAILED",
                                f"Not applied: spec.target.{spec['actuator']} of Device {spec['device']} is managed by "
-                               f"someone else ({conflict}). Corral does not overwrite a person's settings; remove the "
-                               f"field from their manifest (or apply theirs with the new value).", {})
+                               f"someone else ({conflict}). Corral does not overwrite a person's settings; they hand it "
+                               f"back by removing their value (kubectl patch device {spec['device']} -n "
+                               f"{body['metadata']['namespace']} --type merge -p "
+                               f"'{{\"spec\":{{\"target\":{{\"{spec['actuator']}\":null}}}}}}', or dropping the "
+                               f"field from the manifest they apply), or set the new value themselves.", {})
         finally:
             self.devices.release(pin)
 
