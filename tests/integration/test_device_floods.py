@@ -83,7 +83,8 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
                 noisy.loop_stop()
                 wait_for(lambda: (device(corral_api, namespace, CALM).get("status") or {}).get("inSync"),
                          "the calm lamp registered and in sync", timeout_s=30)
-                wait_for(lambda: (device(corral_api, namespace, NOISY).get("status") or {}).get("online"),
+                # Registered, not online: it disconnected, and the controller reads that in the broker's log.
+                wait_for(lambda: (device(corral_api, namespace, NOISY).get("status") or {}).get("capability"),
                          "the noisy lamp registered", timeout_s=30)
                 yield Site(plane, corral_api, namespace, prefix, controller, passwords, metrics_port)
             finally:

@@ -22,10 +22,12 @@ import pytest
 from corral.api.codes import FINAL_PHASES
 from corral.client.intents import decide_on, submit, wait_settled
 from corral.devcluster.plane import Plane
+from corral_sim.catalog import contract_for
 from tests.broker_harness import dynsec
 from tests.controller_harness import CORRAL, ControllerProcess, device, events
 from tests.fleet_harness import running_fleet
 from tests.harness import fresh_namespace, grant, kubectl, wait_for
+from tests.mqtt5_harness import PlayedDevice
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +43,7 @@ class House:
     parent: kubernetes.client.ApiClient
     namespace: str
     controller: ControllerProcess
+    prefix: str
 
     def status(self, name: str) -> dict[str, Any]:
         return device(self.admin, self.namespace, name).get("status") or {}
@@ -72,7 +75,7 @@ def house(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factor
                                            "--broker-log", str(plane.broker_log))
             controller.start()
             try:
-                house = House(plane, corral_api, operator, parent, namespace, controller)
+                house = House(plane, corral_api, operator, parent, namespace, controller, prefix)
                 wait_for(lambda: all(house.status(d).get("inSync") and house.status(d).get("online")
                                      for d in (LOCK, PORCH, SPARE)), f"the house online (logs in {logs})",
                          timeout_s=45)
@@ -121,6 +124,29 @@ def test_a_device_an_administrator_kicks_is_offline_and_online_again_once_it_is_
     assert "the broker logged" in told[-2][1] and PORCH in told[-2][1], told
     done = house.outcome(house.ask(PORCH, "power", not house.status(PORCH)["reported"]["power"]))
     assert done["code"] == "EXECUTED", done
+
+
+def test_a_rotated_device_is_offline_until_it_has_its_new_password(house: House) -> None:
+    """corral devices rotate changes the broker account, which throws the device off; the firmware tries again with
+    the password it has. The status follows: offline while the old one is refused, online once it has the new."""
+    assert house.status(PORCH).get("online") is True
+    rotated = subprocess.run([CORRAL, "devices", "rotate", PORCH, "-n", house.namespace, "--kubeconfig",
+                              str(house.plane.kubeconfig)], capture_output=True, text=True, timeout=60)
+    assert rotated.returncode == 0, rotated.stderr
+    new = next(line.split()[-1] for line in rotated.stdout.splitlines() if line.startswith("password"))
+    wait_for(lambda: house.status(PORCH).get("online") is False, "the rotated device offline in status",
+             timeout_s=OFFLINE_WITHIN_S)
+    note = [e.note for e in events(house.admin, house.namespace, PORCH) if e.reason == "Offline"][-1]
+    assert "new password" in note, note
+    # The positive control: the device with its new password (played here: the simulator keeps the one it was
+    # started with) is let in, says online, and the status follows.
+    played = PlayedDevice(house.plane.mqtt_port, house.prefix, PORCH, new, contract_for("light"),
+                          {"power": False, "brightness": 0}).start()
+    try:
+        wait_for(lambda: house.status(PORCH).get("online") is True, "the device online with its new password",
+                 timeout_s=10)
+    finally:
+        played.close()
 
 
 def test_kubectl_describe_device_tells_what_an_intent_did_to_the_lock(house: House) -> None:
