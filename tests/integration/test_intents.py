@@ -387,7 +387,7 @@ def test_people_list_and_approve_pending_intents_with_the_cli(
                                "--reason", "expected"], capture_output=True, text=True, env=env)
     assert approved.returncode == 0, approved.stderr
     assert f"approved by {home.user('approver')}" in approved.stdout
-    assert "(Approval " in approved.stdout and "the Intent is now" in approved.stdout
+    assert "(Approval " in approved.stdout and "the controller took it: the Intent " in approved.stdout
     assert status(_settled_final(home, intent["metadata"]["name"])) == ("Succeeded", "EXECUTED")
 
     again = subprocess.run([*corral, "approve", intent["metadata"]["name"], "-n", home.namespace],
@@ -432,10 +432,12 @@ def test_cli_exit_statuses_tell_refusals_from_successes_and_a_refused_approval_i
                 if a["spec"]["intent"]["name"] == name], "no Approval is made for one's own request"
 
     # A program's approval of someone else's request is made, refused by the controller, and exits 3 with its reason.
-    admin = identity(home.admin).username
+    admin = identity(home.admin)  # its rights come from its group (system:masters): the Intent names it
     submit(home.admin, home.namespace, "admin-unlock", {**spec(home, "operator", "front-lock", "locked", "set_state",
-                                                               False), "requester": admin})
-    assert status(wait_settled(home.admin, home.namespace, "admin-unlock", 20))[0] == "AwaitingApproval"
+                                                               False), "requester": admin.username,
+                                                        "requesterGroups": list(admin.groups)})
+    asked = wait_settled(home.admin, home.namespace, "admin-unlock", 20)
+    assert status(asked)[0] == "AwaitingApproval", asked.get("status")
     program = run("operator", "approve", "admin-unlock")
     assert program.returncode == 3 and "does not count" in program.stderr, program
     assert "outside corral-people" in program.stderr and "keeps waiting" in program.stderr

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import click
 import kubernetes
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import FINAL_PHASES, GROUP, VERSION
 from corral.cli import outcomes
 from corral.cli.kubeopts import connect, kube_options
 from corral.client.errors import api_message
@@ -185,7 +185,9 @@ def _decide(client: kubernetes.client.ApiClient, namespace: str, name: str, deci
         click.get_current_context().exit(outcomes.UNDECIDED)
     code = outcome_code(status)
     verb = "approved" if decision == "Approve" else "denied"
-    click.echo(f"{name} {verb} by {me} (Approval {made}); the Intent is now {code}: {status.get('message', '')}")
+    now = f"ended {code}" if status.get("phase") in FINAL_PHASES else f"is {str(status.get('phase')).lower()} now"
+    click.echo(f"{name} {verb} by {me} (Approval {made}); the controller took it: the Intent {now}: "
+               f"{status.get('message', '')}")
     if code == "PENDING" or (decision == "Deny" and code == "DENIED_BY_APPROVER"):
         return  # executing now, or denied as asked
     click.get_current_context().exit(outcomes.exit_status(code))  # ran (0), or ended otherwise (the code says how)

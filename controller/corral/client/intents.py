@@ -132,7 +132,7 @@ def decide_on(api_client: kubernetes.client.ApiClient, namespace: str, intent_na
     if me.username == requester:
         raise OwnRequest(
             f"Intent {intent_name} is your own request ({requester}); nobody decides on their own request, so the "
-            f"controller would refuse your {decision}. Another person with approve on Device {device} decides; to "
+            f"controller would refuse your {'approval' if decision == 'Approve' else 'denial'}. Another person with approve on Device {device} decides; to "
             f"withdraw it: kubectl annotate intent {intent_name} -n {namespace} {CANCEL_ANNOTATION}=REASON")
     body = approval_body(intent, decision, reason, me, lifetime)
     return objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvals", body)
