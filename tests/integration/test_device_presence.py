@@ -19,19 +19,21 @@ from typing import Any
 import kubernetes
 import pytest
 
-from corral.api.codes import FINAL_PHASES
-from corral.client.intents import decide_on, submit, wait_settled
+from corral.api.codes import FINAL_PHASES, GROUP, VERSION
+from corral.client.enroll import enroll
+from corral.client.intents import decide_on, submit
 from corral.devcluster.plane import Plane
 from corral_sim.catalog import contract_for
 from tests.broker_harness import dynsec
 from tests.controller_harness import CORRAL, ControllerProcess, device, events
 from tests.fleet_harness import running_fleet
 from tests.harness import fresh_namespace, grant, kubectl, wait_for
-from tests.mqtt5_harness import PlayedDevice
+from tests.mqtt5_harness import Account, PlayedDevice, logs_in
 
 pytestmark = pytest.mark.integration
 
 LOCK, PORCH, SPARE = "front-door-lock", "porch-light", "spare-light"
+MUTE = "mute-lamp"  # played: it takes commands and never acks them
 OFFLINE_WITHIN_S = 5.0
 
 
@@ -44,6 +46,7 @@ class House:
     namespace: str
     controller: ControllerProcess
     prefix: str
+    mute: PlayedDevice
 
     def status(self, name: str) -> dict[str, Any]:
         return device(self.admin, self.namespace, name).get("status") or {}
@@ -55,9 +58,14 @@ class House:
         assert submit(self.operator, self.namespace, intent, spec).code == "CREATED"
         return intent
 
+    def intent(self, name: str) -> dict[str, Any]:
+        """The Intent's status now."""
+        return kubernetes.client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "intents", name).get("status") or {}
+
     def outcome(self, intent: str, timeout_s: float = 20) -> dict[str, Any]:
-        return wait_for(lambda: (s := (wait_settled(self.admin, self.namespace, intent, 5).get("status") or {}))
-                        .get("phase") in FINAL_PHASES and s, f"Intent {intent} to end", timeout_s=timeout_s)
+        return wait_for(lambda: (s := self.intent(intent)).get("phase") in FINAL_PHASES and s, f"Intent {intent} to end",
+                        timeout_s=timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +79,23 @@ def house(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factor
                        "approve", person=True)
         with running_fleet(plane, prefix, {LOCK: "lock", PORCH: "light", SPARE: "light"},
                            enroll_in=(corral_api, namespace)):
+            mute_password = enroll(corral_api, namespace, MUTE, "light").password
+            # A long Intent window: an Intent that ends within seconds did not end by TIMEOUT.
             controller = ControllerProcess(plane, namespace, prefix, logs / "controller.log",
-                                           "--broker-log", str(plane.broker_log))
+                                           "--broker-log", str(plane.broker_log), "--intent-timeout", "60")
             controller.start()
+            mute = PlayedDevice(plane.mqtt_port, prefix, MUTE, mute_password, contract_for("light"),
+                                {"power": False, "brightness": 0})
             try:
-                house = House(plane, corral_api, operator, parent, namespace, controller, prefix)
+                wait_for(lambda: logs_in(plane.mqtt_port, Account(MUTE, mute_password)), "the mute lamp's account")
+                mute.start()
+                house = House(plane, corral_api, operator, parent, namespace, controller, prefix, mute)
                 wait_for(lambda: all(house.status(d).get("inSync") and house.status(d).get("online")
-                                     for d in (LOCK, PORCH, SPARE)), f"the house online (logs in {logs})",
+                                     for d in (LOCK, PORCH, SPARE, MUTE)), f"the house online (logs in {logs})",
                          timeout_s=45)
                 yield house
             finally:
+                mute.close()
                 controller.stop()
 
 
@@ -103,6 +118,17 @@ def test_a_revoked_device_is_offline_within_seconds_and_an_intent_to_it_ends_dev
     assert house.status(PORCH).get("online") is True
     done = house.outcome(house.ask(PORCH, "power", not house.status(PORCH)["reported"]["power"]))
     assert done["code"] == "EXECUTED", done
+
+
+def test_an_intent_waiting_for_the_ack_of_a_device_that_is_revoked_ends_device_gone_at_once(house: House) -> None:
+    house.mute.mqtt.client.on_message = lambda *_: None  # commands arrive, no ack ever leaves
+    intent = house.ask(MUTE, "power", True)
+    wait_for(lambda: house.intent(intent).get("phase") == "Executing", "the Intent sent and waiting for its ack")
+    revoked = subprocess.run([CORRAL, "devices", "revoke", MUTE, "-n", house.namespace, "--kubeconfig",
+                              str(house.plane.kubeconfig)], capture_output=True, text=True, timeout=60)
+    assert revoked.returncode == 0, revoked.stderr
+    gone = house.outcome(intent, timeout_s=10)  # its window is 60 s: ending now is not a TIMEOUT
+    assert gone["code"] == "DEVICE_GONE" and "revoked" in gone["message"], gone
 
 
 def test_a_device_an_administrator_kicks_is_offline_and_online_again_once_it_is_back(house: House) -> None:
@@ -152,8 +178,7 @@ def test_a_rotated_device_is_offline_until_it_has_its_new_password(house: House)
 def test_kubectl_describe_device_tells_what_an_intent_did_to_the_lock(house: House) -> None:
     locked = house.status(LOCK)["reported"]["locked"]
     intent = house.ask(LOCK, "locked", not locked)
-    wait_for(lambda: (wait_settled(house.admin, house.namespace, intent, 5).get("status") or {})
-             .get("phase") == "AwaitingApproval", "the lock's Intent to wait for a person")
+    wait_for(lambda: house.intent(intent).get("phase") == "AwaitingApproval", "the lock's Intent to wait for a person")
     decide_on(house.parent, house.namespace, intent, "Approve", "the door, as asked")
     done = house.outcome(intent)
     assert done["code"] == "EXECUTED", done
