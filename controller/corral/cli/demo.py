@@ -117,6 +117,7 @@ def _instructions(ready: Ready) -> str:
     ns = ready.namespace
     local = f"source {ready.kubeconfig.parent / 'env'} && " if ready.own_plane or ready.kubeconfig.name == "kubeconfig" else ""
     approver = f" --context {files.DEV_USER_CONTEXT}" if local else ""
+    corral = _corral_command()
     return f"""
 Corral is running: {ready.devices} simulated devices in namespace {ns}, the controller and the MCP gateway.
 
@@ -124,9 +125,16 @@ Corral is running: {ready.devices} simulated devices in namespace {ns}, the cont
   MCP, HTTP    {ready.gateway_url}
                header  Authorization: Bearer $(cat {ready.token_file})   (ServiceAccount {ns}/agent, agent-operator)
                another token: kubectl create token agent -n {ns} --audience {GATEWAY_AUDIENCE}
-  MCP, stdio   KUBECONFIG={ready.kubeconfig} corral mcp -n {ns}
-  approvals    corral intents -n {ns}; corral approve NAME -n {ns}{approver}
+  MCP, stdio   KUBECONFIG={ready.kubeconfig} {corral} mcp -n {ns}
+  approvals    {corral} intents -n {ns}; {corral} approve NAME -n {ns}{approver}
   broker       {ready.mqtt_url}
 
 ready (Ctrl-C stops what the demo started)
 """
+
+
+def _corral_command() -> str:
+    """The `corral` beside this interpreter (the checkout's .venv/bin/corral): the env file puts only kubectl on PATH,
+    so a bare `corral` in the instructions would not be found."""
+    beside = Path(sys.executable).with_name("corral")
+    return str(beside) if beside.exists() else "corral"
