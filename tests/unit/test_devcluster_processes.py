@@ -53,6 +53,7 @@ def test_free_ports_are_never_ones_an_outgoing_connection_could_take_meanwhile()
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == 50, "a port is handed out once"
     assert all(1024 <= port < low for port in ports), "below the ephemeral range"
+    assert not any(port in processes.NODE_PORTS for port in ports), "outside the NodePort range a node's Services own"
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

@@ -119,6 +119,7 @@ def _reap(pid: int) -> None:
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _PICK_FROM = 8000  # ports below the ephemeral range to pick from
+NODE_PORTS = range(30000, 32768)  # Kubernetes' default --service-node-port-range: a node's kube-proxy owns these
 _handed_out: set[int] = set()
 _random = random.SystemRandom()
 
@@ -128,11 +129,13 @@ def free_port() -> int:
 
     It is taken below the kernel's ephemeral range: a port from that range can be given to any outgoing
     connection (a fleet of 200 devices opens 200) between this check and the server's bind, which then fails
-    with "address already in use". A port is handed out once per process."""
+    with "address already in use". It is also below the NodePort range, which a node's Services claim. A port is
+    handed out once per process."""
     try:
         low = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default
+    low = min(low, NODE_PORTS.start)
     for _ in range(100):
         port = _random.randint(max(1024, low - _PICK_FROM), low - 1)
         if port not in _handed_out and _bindable(port):
