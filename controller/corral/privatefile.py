@@ -20,9 +20,8 @@ class SecretFileError(ValueError):
     """A file that should hold a secret is missing, unreadable, empty, or readable by others."""
 
 
-def read_secret(path: str | Path, what: str = "secret") -> str:
-    """The secret in `path` (its first line; a trailing newline is not part of it), after checking that no one
-    else could have read it.
+def read_private(path: str | Path, what: str = "secret") -> bytes:
+    """The bytes of `path`, after checking that no one else could have read them.
 
     The rule is PostgreSQL's for its key files: mode 0600 or stricter, or 0640 or stricter when root owns the
     file, which is how Kubernetes mounts a Secret volume for a Pod with an fsGroup (the group is the Pod's own).
@@ -32,7 +31,7 @@ def read_secret(path: str | Path, what: str = "secret") -> str:
     path = Path(path)
     try:
         info = path.stat()
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SecretFileError(f"the {what} file {path} does not exist") from None
     except OSError as err:
@@ -45,7 +44,12 @@ def read_secret(path: str | Path, what: str = "secret") -> str:
                               f"{allowed:04o} or stricter for a file owned by {owner} (chmod 600 {path})")
     if info.st_uid not in (0, os.geteuid()):
         raise SecretFileError(f"the {what} file {path} belongs to uid {info.st_uid}: it must be yours or root's")
-    lines = text.splitlines()
+    return data
+
+
+def read_secret(path: str | Path, what: str = "secret") -> str:
+    """The secret in `path` (its first line; a trailing newline is not part of it), read by `read_private`."""
+    lines = read_private(path, what).decode().splitlines()
     secret = lines[0] if lines else ""
     if not secret.strip():
         raise SecretFileError(f"the {what} file {path} is empty")

@@ -147,15 +147,18 @@ def _binding(name: str) -> dict[str, Any]:
     }
 
 
+# Whether the writer holds the approve verb on the Device being written: what a person's call on it needs.
+_MAY_APPROVE_DEVICE = ("authorizer.group('corral.dev').resource('devices').namespace(object.metadata.namespace)"
+                       ".name(object.metadata.name).check('approve').allowed()")
+
+
 def _accept_contract_policy(name: str) -> list[dict[str, Any]]:
     accepted = "(has(object.spec.acceptCapability) ? object.spec.acceptCapability : '')"
     before = ("(oldObject != null && has(oldObject.spec.acceptCapability) ? oldObject.spec.acceptCapability : '')")
-    may_approve = ("authorizer.group('corral.dev').resource('devices').namespace(object.metadata.namespace)"
-                   ".name(object.metadata.name).check('approve').allowed()")
     message = ("'spec.acceptCapability accepts a changed device contract, which needs the approve verb on devices/' "
                "+ object.metadata.name + ' (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
                "approver to run corral devices accept-contract ' + object.metadata.name + '.'")
-    return _policy(name, "devices", [(f"{accepted} == {before} || {may_approve}", message)])
+    return _policy(name, "devices", [(f"{accepted} == {before} || {_MAY_APPROVE_DEVICE}", message)])
 
 
 def _freshness_policy(name: str) -> list[dict[str, Any]]:
@@ -164,12 +167,10 @@ def _freshness_policy(name: str) -> list[dict[str, Any]]:
     unchanged = ("(!has(object.spec.freshness) && (oldObject == null || !has(oldObject.spec.freshness))) || "
                  "(oldObject != null && has(object.spec.freshness) && has(oldObject.spec.freshness) && "
                  "object.spec.freshness == oldObject.spec.freshness)")
-    may_approve = ("authorizer.group('corral.dev').resource('devices').namespace(object.metadata.namespace)"
-                   ".name(object.metadata.name).check('approve').allowed()")
     message = ("'spec.freshness sets how old a cited reading of devices/' + object.metadata.name + ' may be, which "
                "needs the approve verb on it (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
                "approver to set it.'")
-    return _policy(name, "devices", [(f"{unchanged} || {may_approve}", message)])
+    return _policy(name, "devices", [(f"{unchanged} || {_MAY_APPROVE_DEVICE}", message)])
 
 
 def _pause_policy(name: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.contract.signature import load_private_key, private_pem, public_pem, signed_contract
-from corral.privatefile import write_private
+from corral.privatefile import SecretFileError, read_private, write_private
 
 if TYPE_CHECKING:
     import kubernetes
@@ -47,13 +47,9 @@ def ensure_key(path: Path) -> Ed25519PrivateKey:
 
 def read_key(path: Path) -> Ed25519PrivateKey:
     try:
-        info = path.stat()
-        text = path.read_bytes()
-    except OSError as err:
-        raise SigningError(f"cannot read the signing key {path}: {err.strerror or err}") from None
-    if info.st_mode & 0o077:
-        raise SigningError(f"the signing key {path} has mode {info.st_mode & 0o777:04o}: others could read it, so "
-                           f"it may have leaked. Allowed: 0600 or stricter (chmod 600 {path})")
+        text = read_private(path, "signing key")
+    except SecretFileError as err:
+        raise SigningError(str(err)) from None
     try:
         return load_private_key(text)
     except ValueError as err:
