@@ -13,6 +13,7 @@
 //
 //	corral-kube serve --state-dir DIR --port PORT [-- KUBE-APISERVER-FLAGS...]
 //	corral-kube kubectl ARGS...      (or invoke through a link named kubectl)
+//	corral-kube kubelet|scheduler|controller-manager|proxy FLAGS...  (components.go)
 //	corral-kube version
 package main
 
@@ -58,6 +59,9 @@ func main() {
 	case "version":
 		fmt.Println(version.Get().GitVersion)
 	default:
+		if code, ok := runComponent(os.Args[1], os.Args[2:]); ok {
+			os.Exit(code)
+		}
 		usage()
 		os.Exit(2)
 	}
@@ -67,6 +71,7 @@ func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   corral-kube serve --state-dir DIR --port PORT [-- KUBE-APISERVER-FLAGS...]
   corral-kube kubectl ARGS...
+  corral-kube kubelet|scheduler|controller-manager|proxy FLAGS...
   corral-kube version`)
 }
 

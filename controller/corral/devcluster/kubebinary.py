@@ -1,4 +1,5 @@
-"""Finding or building `corral-kube`, the local etcd + kube-apiserver + kubectl binary.
+"""Finding or building `corral-kube`: etcd, kube-apiserver and kubectl, and a node's kubelet, kube-scheduler,
+kube-controller-manager and kube-proxy, in one binary.
 
 The binary is built from our Go module in `tools/kube/` with the Kubernetes Go
 modules, because prebuilt Kubernetes binaries cannot be downloaded where Corral
@@ -149,8 +150,8 @@ def _build(src: Path, version: str, binary: Path, progress: Progress) -> None:
         )
     env = {**os.environ, "CGO_ENABLED": "0"}
     progress(
-        f"building {BINARY_NAME} (etcd + kube-apiserver + kubectl {version}) from {src}; "
-        "a cold build takes several minutes (about 4 on two cores, plus module downloads); later starts reuse it"
+        f"building {BINARY_NAME} (etcd, kube-apiserver, kubectl and the node components of {version}) from {src}; "
+        "a cold build takes many minutes (about 12 on two cores, plus module downloads); later starts reuse it"
     )
     total = _package_count(go, src, env)
     partial = binary.with_name(binary.name + ".partial")
