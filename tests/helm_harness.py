@@ -8,50 +8,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral.devcluster.kubebinary import cache_root
+from corral.devcluster.gobuild import GoProgram, ensure_go_binary
 
 HELM_VERSION = "v3.22.0"
+HELM = GoProgram(name="helm", package="helm.sh/helm/v3/cmd/helm", version=HELM_VERSION, binary="helm",
+                 env={"GOFLAGS": "-mod=mod"})
 KUBE_VERSION = "1.36.3"  # what --kube-version tells helm lint and template: the local plane's
 
 
 def helm_binary(progress: Callable[[str], None]) -> Path:
-    binary = cache_root() / "helm" / HELM_VERSION / "helm"
-    if binary.is_file():
-        return binary
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("Go is needed to build Helm for the chart tests; install Go and run again")
-    progress(f"building Helm {HELM_VERSION} from its Go modules (a few minutes cold; cached in {binary.parent})")
-    env = {**os.environ, "GOBIN": str(binary.parent), "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-    started = time.monotonic()
-    proc = subprocess.Popen([go, "install", "-v", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines: list[str] = []
-    done = threading.Event()
-
-    def report() -> None:
-        while not done.wait(15):
-            progress(f"  ... Helm: {len(lines)} packages, {int(time.monotonic() - started)}s")
-
-    threading.Thread(target=report, daemon=True).start()
-    try:
-        lines.extend(line.rstrip() for line in proc.stderr)
-        code = proc.wait()
-    finally:
-        done.set()
-    if code != 0 or not binary.is_file():
-        raise RuntimeError(f"building Helm failed (exit {code}):\n" + "\n".join(lines[-30:]))
-    progress(f"built {binary} in {time.monotonic() - started:.0f}s")
-    return binary
+    return ensure_go_binary(HELM, progress)
 
 
 class Helm:

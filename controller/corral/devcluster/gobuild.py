@@ -1,0 +1,118 @@
+"""Building a Go program from its module (`go install MODULE/PKG@VERSION`) into the Corral cache, with progress.
+
+Nothing prebuilt can be downloaded where Corral is developed, but the Go module proxy is reachable, so the
+tools the local plane and the tests need (Helm, CoreDNS, local-path-provisioner, kube-router) are compiled
+once per version into `<cache>/<name>/<version>/<binary>` and reused afterwards. One lock per entry: two
+processes asking for the same tool wait for one build instead of running two on the same cores.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corral.devcluster.errors import DevClusterError
+from corral.devcluster.kubebinary import cache_root
+
+Progress = Callable[[str], None]
+
+_PROGRESS_EVERY_S = 15.0
+
+
+@dataclass(frozen=True)
+class GoProgram:
+    """One program to `go install`: where it comes from and where the cache keeps it."""
+
+    name: str  # the cache directory, e.g. "coredns"
+    package: str  # the main package's import path, e.g. "github.com/coredns/coredns"
+    version: str  # a module version the proxy serves, e.g. "v1.14.7"
+    binary: str  # the file `go install` writes, the last element of the package path
+    ldflags: str = "-s -w"
+    # Extra environment, e.g. {"GONOSUMDB": "github.com/k3s-io/*"} for a module the checksum database lacks.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}@{self.version}"
+
+
+def cached_binary(program: GoProgram) -> Path:
+    """Where the program is (or will be once built); builds nothing."""
+    return cache_root() / program.name / program.version / program.binary
+
+
+def ensure_go_binary(program: GoProgram, progress: Progress = print) -> Path:
+    """Return the cached binary of `program`, building it first (locked per cache entry) when it is missing."""
+    binary = cached_binary(program)
+    if binary.is_file():
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    with open(binary.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.is_file():
+            _install(program, binary, progress)
+    return binary
+
+
+def _install(program: GoProgram, binary: Path, progress: Progress) -> None:
+    go = shutil.which("go")
+    if go is None:
+        raise DevClusterError(
+            f"Go is needed to build {program.name} ({program.spec}) and was not found on PATH; "
+            "install Go 1.26 or newer and run the command again"
+        )
+    progress(f"building {program.name} from its Go module ({program.spec}); "
+             f"a cold build takes a few minutes, cached in {binary.parent}")
+    # GOBIN is a fresh directory beside the entry: the binary appears at its final path only once complete.
+    with tempfile.TemporaryDirectory(dir=binary.parent, prefix=".gobin-") as gobin:
+        env = {**os.environ, "GOBIN": gobin, "CGO_ENABLED": "0", **program.env}
+        command = [go, "install", "-v", "-trimpath", "-ldflags", program.ldflags, program.spec]
+        started = time.monotonic()
+        code, compiled, errors = _run_counting_packages(command, env, program.name, started, progress)
+        built = Path(gobin) / program.binary
+        if code != 0 or not built.is_file():
+            detail = "\n".join(errors[-30:]) or "(no output)"
+            raise DevClusterError(f"building {program.name} ({program.spec}) failed (go install exit {code}):\n{detail}")
+        built.rename(binary)
+    size_mib = binary.stat().st_size / 2**20
+    progress(f"built {binary} in {time.monotonic() - started:.0f}s ({compiled} packages, {size_mib:.0f} MiB)")
+
+
+def _run_counting_packages(
+    command: list[str], env: dict[str, str], name: str, started: float, progress: Progress
+) -> tuple[int, int, list[str]]:
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    compiled = 0
+    errors: list[str] = []
+    done = threading.Event()
+
+    def report() -> None:
+        # Downloading modules and linking print nothing for a long while, so progress runs on a clock.
+        while not done.wait(_PROGRESS_EVERY_S):
+            elapsed = int(time.monotonic() - started)
+            progress(f"  ... {name}: {compiled} packages compiled, {elapsed // 60}m{elapsed % 60:02d}s")
+
+    threading.Thread(target=report, daemon=True).start()
+    try:
+        for line in proc.stderr:
+            line = line.rstrip()
+            # `go install -v` prints one import path per package it compiles; anything else is a diagnostic
+            # (or a "go: downloading" line) worth keeping for the error message.
+            if re.fullmatch(r"[\w.\-~/]+", line):
+                compiled += 1
+            elif line:
+                errors.append(line)
+        code = proc.wait()
+    finally:
+        done.set()
+    return code, compiled, errors

@@ -1,0 +1,45 @@
+"""The image cache: one docker-archive per image and content tag in `<cache>/images/`, built once under a lock."""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.devcluster.gobuild import Progress
+from corral.devcluster.kubebinary import cache_root
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    """A built image: its name and the docker-archive that holds it."""
+
+    name: str
+    ref: str
+    archive: Path
+
+
+def images_dir() -> Path:
+    return cache_root() / "images"
+
+
+def archive_path(name: str, tag: str) -> Path:
+    return images_dir() / f"{name}-{tag}.tar"
+
+
+def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], progress: Progress) -> NodeImage:
+    """The archive for `name` at content tag `tag`, built (locked per entry) by `build(partial_path)` if absent."""
+    archive = archive_path(name, tag)
+    if not archive.is_file():
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with open(archive.with_name(archive.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not archive.is_file():
+                started = time.monotonic()
+                progress(f"building image {ref}")
+                build(archive)
+                size_mib = archive.stat().st_size / 2**20
+                progress(f"built image {ref} in {time.monotonic() - started:.0f}s ({size_mib:.0f} MiB, {archive})")
+    return NodeImage(name=name, ref=ref, archive=archive)
