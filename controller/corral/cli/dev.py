@@ -1,4 +1,4 @@
-"""`corral dev up|down|status|build`: the local control plane and broker for development and tests."""
+"""`corral dev up|down|status|build|images`: the local control plane and broker for development and tests."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import click
 
 from corral.devcluster import files
 from corral.devcluster.errors import DevClusterError
+from corral.devcluster.images import ensure_images
 from corral.devcluster.kubebinary import ensure_binary
 from corral.devcluster.plane import DEFAULT_STATE_DIR, DevPlane
 
@@ -85,3 +86,17 @@ def build() -> None:
     except DevClusterError as err:
         raise click.ClickException(str(err)) from None
     click.echo(binary.path)
+
+
+@dev.command()
+@click.option("--only", "only", multiple=True, metavar="NAME",
+              help="Build only this image (repeatable): pause, busybox, coredns, local-path-provisioner, mosquitto, "
+                   "python, corral.")
+def images(only: tuple[str, ...]) -> None:
+    """Build (or find in the cache) the local node's images and print each one's name and archive."""
+    try:
+        built = ensure_images(_progress, names=only or None)
+    except DevClusterError as err:
+        raise click.ClickException(str(err)) from None
+    for image in built.values():
+        click.echo(f"{image.ref}\t{image.archive}")
