@@ -11,6 +11,10 @@ with (its command line, the binary, the files it reads). A running component
 whose configuration differs from what this checkout would start (an older
 checkout started it, or its settings changed) is restarted by `up`, and is
 not reused by `running()`: a test must never pass against a stale plane.
+
+A plane is started with or without a node (`corral dev up --node`, node.py), and records which: a node's API
+server listens for Pods on the node's address and authorizes kubelets (Node authorizer, NodeRestriction), so
+that is part of its configuration. A plane without a node is exactly what it always was.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from corral.api.codes import GATEWAY_AUDIENCE
-from corral.devcluster import broker, files
+from corral.devcluster import broker, files, nodeconfig, nodehost, nodepki
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.kubebinary import KubeBinary, ensure_binary, expected_binary
 from corral.devcluster.processes import (
@@ -153,21 +157,33 @@ class DevPlane:
 
     # Commands ----------------------------------------------------------------------------
 
-    def up(self) -> Plane:
+    @property
+    def node_layout(self) -> nodeconfig.NodeLayout:
+        return nodeconfig.NodeLayout(self.state_dir / "node")
+
+    def up(self, node: bool | None = None) -> Plane:
+        """Start or reuse the plane. `node` True or False records whether it serves a node; None keeps what was
+        recorded (a new plane has none)."""
         binary = ensure_binary(self.progress)
         mosquitto = find_mosquitto()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # Tokens, keys, passwords, etcd's data and the kubeconfig live in here: no one else may even look in.
         self.state_dir.chmod(0o700)
         state = self._load_state()
+        if node is not None:
+            state["node"] = node
+        if state.get("node"):
+            self._prepare_node_files()
         tokens = state.setdefault("tokens", {})
         tokens.setdefault("admin", secrets.token_urlsafe(32))
         tokens.setdefault("user", secrets.token_urlsafe(32))
         write_private(self.state_dir / "tokens.csv", files.token_auth_csv(tokens["admin"], tokens["user"]))
         write_private(self.audit_policy_path, files.kube_audit_policy())
 
-        api_port = self._ensure_running(state, APISERVER, lambda port: self._apiserver_argv(binary.path, port),
-                                        self._apiserver_config(binary.path))
+        node_flags = self._node_flags(state)
+        api_port = self._ensure_running(state, APISERVER,
+                                        lambda port: self._apiserver_argv(binary.path, port, node_flags),
+                                        self._apiserver_config(binary.path, node_flags))
         passwords = state.setdefault("broker", broker.new_passwords())
         tls_port = self._tls_port(state)
 
@@ -208,14 +224,14 @@ class DevPlane:
 
     # What each component is started with; a change of any of it restarts the component.
 
-    def _apiserver_argv(self, binary: Path, port: int) -> list[str]:
+    def _apiserver_argv(self, binary: Path, port: int, node_flags: list[str]) -> list[str]:
         return [
             str(binary),
             "serve",
             f"--state-dir={self._kube_dir}",
             f"--port={port}",
             "--",
-            "--authorization-mode=RBAC",
+            nodeconfig.authorization_mode(bool(node_flags)),
             f"--token-auth-file={self.state_dir / 'tokens.csv'}",
             "--profiling=false",
             # Tokens for the MCP gateway carry its audience; the API server accepts them too. Added to the one
@@ -227,11 +243,29 @@ class DevPlane:
             "--audit-log-format=json",
             "--audit-log-maxsize=100",
             "--audit-log-maxbackup=3",
+            *node_flags,
         ]
 
-    def _apiserver_config(self, binary: Path) -> str:
+    def _apiserver_config(self, binary: Path, node_flags: list[str]) -> str:
         # The policy's text, not the file on disk: a changed policy in this checkout makes a running plane stale.
-        return _config_hash([*self._apiserver_argv(binary, _PORT), files.kube_audit_policy()], [])
+        return _config_hash([*self._apiserver_argv(binary, _PORT, node_flags), files.kube_audit_policy()], [])
+
+    def _node_flags(self, state: dict) -> list[str]:
+        if not state.get("node"):
+            return []
+        pki = self.node_layout.pki
+        return nodeconfig.apiserver_node_flags(nodehost.node_ip(), nodeconfig.ApiserverNodeFiles(
+            pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key", pki / "kubelet-ca.crt"))
+
+    def _prepare_node_files(self) -> None:
+        """The kubelet CA and the API server's client certificate for kubelets, made before the API server
+        starts with them (nodepki says why they cannot come from the plane's CA)."""
+        pki = self.node_layout.pki
+        ca = nodepki.ensure_ca(pki / "kubelet-ca.crt", pki / "kubelet-ca.key", "corral-kubelet-ca")
+        cert, key = pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key"
+        if not (cert.exists() and key.exists()):
+            nodepki.write_pair(nodepki.issue_client(ca, nodepki.Identity(nodepki.APISERVER_KUBELET_CLIENT)),
+                               cert, key)
 
     def _broker_config(self, mosquitto: str, tls_port: int) -> str:
         tls = broker.certificates(self._broker_dir)
@@ -253,7 +287,7 @@ class DevPlane:
     def stale(self) -> list[str]:
         """Components running with another configuration than this checkout would start them with."""
         state = self._load_state()
-        wanted = {APISERVER: self._apiserver_config(expected_binary())}
+        wanted = {APISERVER: self._apiserver_config(expected_binary(), self._node_flags(state))}
         try:
             tls_port = state.get(BROKER, {}).get("tls_port")
             if isinstance(tls_port, int):
