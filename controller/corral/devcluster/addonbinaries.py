@@ -11,10 +11,10 @@ from pathlib import Path
 
 from corral.devcluster.gobuild import GoProgram, Progress, ensure_go_binary
 
-# The last patch release of CoreDNS 1.14, the line k3s ships in 2026; 1.15.0 is a fresh minor release.
+# The newest patch of CoreDNS 1.14, a line with months of fixes behind it; 1.15.0 is a fresh minor release.
 COREDNS = GoProgram(name="coredns", package="github.com/coredns/coredns", version="v1.14.7", binary="coredns")
 
-# What k3s ships, and the newest release the module proxy serves.
+# A release k3s has shipped, and the newest the module proxy serves here (v0.0.31 and later answer 403).
 LOCAL_PATH_PROVISIONER = GoProgram(
     name="local-path-provisioner",
     package="github.com/rancher/local-path-provisioner",
@@ -22,9 +22,9 @@ LOCAL_PATH_PROVISIONER = GoProgram(
     binary="local-path-provisioner",
 )
 
-# Upstream kube-router, verified by the checksum database: the newest v2 release the proxy lists. k3s embeds
-# the policy controller of its fork (github.com/k3s-io/kube-router/v2 v2.6.3-k3s1), which the proxy serves
-# only with GONOSUMDB, i.e. without the checksum database's guarantee; upstream keeps that guarantee.
+# Upstream kube-router, verified by the checksum database: the newest v2 release the proxy serves here (v2.2.0
+# and later answer 403). k3s embeds the policy controller of its fork (github.com/k3s-io/kube-router/v2
+# v2.6.3-k3s1), which the proxy serves only with GONOSUMDB, i.e. without the checksum database's guarantee.
 KUBE_ROUTER = GoProgram(
     name="kube-router",
     package="github.com/cloudnativelabs/kube-router/v2/cmd/kube-router",
