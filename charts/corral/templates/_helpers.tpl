@@ -102,7 +102,53 @@ app.kubernetes.io/component: {{ $component }}
 {{- define "corral.mosquittoServerNames" -}}
 {{- $svc := include "corral.mosquittoName" . }}
 {{- $ns := .Release.Namespace }}
-{{- toJson (concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.mosquitto.tls.extraNames | uniq) }}
+{{- $names := concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.mosquitto.tls.extraNames }}
+{{- if include "corral.lanHostPort" (list . .Values.mosquitto.service 8883) }}
+{{- $names = append $names .Values.nodeAddress }}
+{{- end }}
+{{- toJson ($names | uniq) }}
+{{- end }}
+
+{{/* Reaching the Services from the LAN (nodeAddress) ----------------------------------------------------- */}}
+
+{{/* nodeAddress as the host part of a URL or a Host header: an IPv6 address in brackets. */}}
+{{- define "corral.nodeHost" -}}
+{{- if contains ":" .Values.nodeAddress }}[{{ .Values.nodeAddress }}]{{ else }}{{ .Values.nodeAddress }}{{ end }}
+{{- end }}
+
+{{/* HOST:PORT at which devices, agents and browsers on the LAN reach a Service, or "" when it is not exposed
+(type ClusterIP) or nodeAddress is empty; call with (list $ serviceValues servicePort). NodePort: the node port
+("*", any, when the cluster picks it); LoadBalancer (k3s ServiceLB answers on the node's addresses): the
+Service's own port. */}}
+{{- define "corral.lanHostPort" -}}
+{{- $ctx := index . 0 }}
+{{- $svc := index . 1 }}
+{{- if and $ctx.Values.nodeAddress (ne $svc.type "ClusterIP") }}
+{{- if eq $svc.type "NodePort" }}
+{{- printf "%s:%v" (include "corral.nodeHost" $ctx) ($svc.nodePort | default "*") }}
+{{- else }}
+{{- printf "%s:%v" (include "corral.nodeHost" $ctx) (index . 2) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The URL of a Service from the LAN, http://HOST:PORT, or "" when it has none or its node port is left to the
+cluster (unknown when rendering); call as corral.lanHostPort. */}}
+{{- define "corral.lanUrl" -}}
+{{- $hostPort := include "corral.lanHostPort" . }}
+{{- if and $hostPort (not (hasSuffix ":*" $hostPort)) }}http://{{ $hostPort }}{{ end }}
+{{- end }}
+
+{{/* "true" when a kept object may be rendered by this release: it is absent (or there is no cluster to ask:
+`helm template`), or Helm's ownership annotations name this release. Call with (list $ (lookup ...)). An object
+kept by `helm.sh/resource-policy: keep` still names the release that made it, and Helm refuses to install a
+release whose manifest holds an object another release (or nobody) owns: such an object is used as it is. */}}
+{{- define "corral.ownsOrAbsent" -}}
+{{- $ctx := index . 0 }}
+{{- $found := index . 1 }}
+{{- $annotations := dig "metadata" "annotations" dict $found }}
+{{- if or (not $found) (and (eq (index $annotations "meta.helm.sh/release-name" | default "") $ctx.Release.Name)
+                            (eq (index $annotations "meta.helm.sh/release-namespace" | default "") $ctx.Release.Namespace)) }}true{{ end }}
 {{- end }}
 
 {{/* The controller's Service name (the audit log's HTTPS server and metrics), and the names the serving
@@ -310,6 +356,12 @@ or ({"own": true}) the file the init container writes from the CA it made. */}}
 {{- if and (include "corral.bundledBroker" .) (not .Values.mqtt.manageAccounts) }}
 {{- fail "mqtt.manageAccounts=false cannot be used with the bundled broker: it admits only the accounts the controller makes for enrolled devices, so no device could connect. Leave mqtt.manageAccounts true, or use a broker of your own (mqtt.url)." }}
 {{- end }}
+{{- end }}
+{{- if and .Values.mosquitto.enabled (ne .Values.mosquitto.service.type "ClusterIP") (not .Values.nodeAddress) (not .Values.mosquitto.tls.extraNames) (not .Values.mosquitto.tls.secretName) }}
+{{- fail (printf "mosquitto.service.type is %s, so devices on your LAN connect to this node's address, but nodeAddress is empty: the broker's certificate (made at run time) would not name that address and every device's TLS check would fail. Set nodeAddress to the node's IP address or DNS name as devices use it (--set nodeAddress=192.168.1.10; values-k3s.yaml), or name it in mosquitto.tls.extraNames." .Values.mosquitto.service.type) }}
+{{- end }}
+{{- if and .Values.gateway.enabled (ne .Values.gateway.service.type "ClusterIP") (not .Values.nodeAddress) (not .Values.gateway.allowedHosts) (not .Values.gateway.publicUrl) }}
+{{- fail (printf "gateway.service.type is %s, so agents on your LAN reach the gateway at this node's address, but nodeAddress is empty: the gateway answers a request for a host it does not know with 421 (Invalid Host header; its DNS rebinding protection). Set nodeAddress to the node's IP address or DNS name as agents use it (--set nodeAddress=192.168.1.10; values-k3s.yaml), or name the host in gateway.allowedHosts (HOST:PORT) or gateway.publicUrl." .Values.gateway.service.type) }}
 {{- end }}
 {{- if and .Values.gateway.enabled (gt (int .Values.gateway.replicas) 1) .Values.audit.gatewayPersistence.enabled }}
 {{- fail (printf "gateway.replicas is %d, but audit.gatewayPersistence.enabled gives the gateway ONE audit log volume, and a log has one writer (the second pod would find it locked and exit). Run one gateway replica, or set audit.gatewayPersistence.enabled=false: then each gateway pod keeps its own log in an emptyDir (lost with the pod) and none publishes an AuditCheckpoint." (int .Values.gateway.replicas)) }}
