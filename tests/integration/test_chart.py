@@ -333,7 +333,7 @@ def test_audit_volumes_keys_and_certificates_of_your_own(helm: Helm) -> None:
 
 # The README's edge install on k3s, and every optional component on at once.
 K3S = ("mosquitto.enabled=true", "mosquitto.service.type=LoadBalancer", "signing.require=true",
-       "signing.keysSecret=corral-signing-keys")
+       "signing.keysSecret=corral-signing-keys", "nodeAddress=192.168.1.10")
 EVERYTHING = (*K3S, "mosquitto.plainListener=true", "metrics.enabled=true", "metrics.serviceMonitor.enabled=true",
               "networkPolicy.enabled=true", "networkPolicy.egress.restrict=true", "console.enabled=true",
               "gateway.deviceTools=true", "notifications.webhooks[0].name=phone", "notifications.webhooks[0].kind=ntfy",
