@@ -243,6 +243,12 @@ def test_uninstall_leaves_what_the_readme_says_and_any_release_installs_again(
     assert claims == [f"{RELEASE}-controller-audit"]
     helm("uninstall", "again", "-n", NAMESPACE)
 
+    # A people namespace made by hand (or by `corral people add`): no release owns it, none takes it.
+    kubernetes.client.CoreV1Api(admin).create_namespace({"metadata": {"name": "household"}})
+    helm("install", "hand", str(CHART), "-n", NAMESPACE, *k3s_args("policy.people.namespace=household"))
+    assert ("Namespace", "household") not in manifest(helm, "hand") and owner_of(admin, "household") is None
+    helm("uninstall", "hand", "-n", NAMESPACE)
+
     # The first name again: Helm takes its kept objects over.
     helm("install", RELEASE, str(CHART), "-n", NAMESPACE, *k3s_args())
     assert {("Namespace", "corral-people"), ("PersistentVolumeClaim", f"{RELEASE}-controller-audit")} <= manifest(helm, RELEASE).keys()
