@@ -9,6 +9,7 @@ import click
 from corral.devcluster import files
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.images import ensure_images
+from corral.devcluster.images_corral import DEFAULT_VERSION
 from corral.devcluster.kubebinary import ensure_binary
 from corral.devcluster.plane import DEFAULT_STATE_DIR, DevPlane
 
@@ -92,10 +93,12 @@ def build() -> None:
 @click.option("--only", "only", multiple=True, metavar="NAME",
               help="Build only this image (repeatable): pause, busybox, coredns, local-path-provisioner, mosquitto, "
                    "python, corral.")
-def images(only: tuple[str, ...]) -> None:
+@click.option("--corral-version", default=DEFAULT_VERSION, show_default=True,
+              help="The Corral image's version label and tag prefix (a newer one for an upgrade).")
+def images(only: tuple[str, ...], corral_version: str) -> None:
     """Build (or find in the cache) the local node's images and print each one's name and archive."""
     try:
-        built = ensure_images(_progress, names=only or None)
+        built = ensure_images(_progress, names=only or None, corral_version=corral_version)
     except DevClusterError as err:
         raise click.ClickException(str(err)) from None
     for image in built.values():

@@ -122,13 +122,24 @@ BUILDERS: dict[str, Callable[[Progress], NodeImage]] = {
 }
 
 
-def ensure_images(progress: Progress = print, names: Iterable[str] | None = None) -> dict[str, NodeImage]:
-    """Build (or find in the cache) the named images, all of them by default; name -> NodeImage."""
+def ensure_images(progress: Progress = print, names: Iterable[str] | None = None,
+                  corral_version: str = images_corral.DEFAULT_VERSION) -> dict[str, NodeImage]:
+    """Build (or find in the cache) the named images, all of them by default; name -> NodeImage.
+
+    `corral_version` labels and tags the Corral image (`corral.local/corral:VERSION-HASH`): a second version
+    of the same sources is a second image, e.g. for `helm upgrade`.
+    """
     wanted = list(BUILDERS) if names is None else list(names)
     unknown = [n for n in wanted if n not in BUILDERS]
     if unknown:
         raise DevClusterError(f"no image named {', '.join(unknown)}; the node's images are {', '.join(BUILDERS)}")
-    return {name: BUILDERS[name](progress) for name in BUILDERS if name in wanted}
+    built: dict[str, NodeImage] = {}
+    for name in (n for n in BUILDERS if n in wanted):
+        if name == "corral":
+            built[name] = images_corral.corral(progress, version=corral_version)
+        else:
+            built[name] = BUILDERS[name](progress)
+    return built
 
 
 def import_images(ctr: str, address: Path, archives: Iterable[NodeImage], progress: Progress = print) -> None:

@@ -16,13 +16,14 @@ import threading
 import time
 from pathlib import Path
 
+from corral import __version__
 from corral.devcluster import images_debian
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.gobuild import Progress
 from corral.devcluster.imagecache import NodeImage, cached_image
 from corral.devcluster.imagehash import corral_content_hash, corral_tag, image_ref
 
-DEFAULT_VERSION = "0.1.0"
+DEFAULT_VERSION = __version__  # what `corral --version` says in the image built from these sources
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _PROGRESS_EVERY_S = 15.0
 
@@ -104,7 +105,7 @@ def _run_with_progress(command: list[str], progress: Progress) -> None:
 
     def report() -> None:
         while not done.wait(_PROGRESS_EVERY_S):
-            step = next((line for line in reversed(lines) if line.startswith("STEP")), "starting")
+            step = next((line for line in reversed(lines) if "STEP " in line), "starting")
             progress(f"  ... corral image: {step[:100]} ({time.monotonic() - started:.0f}s)")
 
     threading.Thread(target=report, daemon=True).start()
