@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,36 +24,22 @@ from urllib.parse import urlsplit, urlunsplit
 import kubernetes
 import yaml
 
-from corral.api.codes import GATEWAY_AUDIENCE, GROUP, VERSION
 from corral.api.roles import user_roles
-from corral.client import enroll as enrollment
-from corral.client import signing
 from corral.client.apply import apply_yaml
 from corral.client.install import install_api
-from corral.devcluster import broker, files
+from corral.devcluster import broker, demosteps, files
+from corral.devcluster.demosteps import SIGNING_KEY_FILE, SIGNING_KEYS_SECRET, Child, wait_until
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.naming import name_devices
 from corral.devcluster.plane import DevPlane, find_mosquitto
 from corral.devcluster.processes import accepts_connections, child_environment, free_port, port_is_free
 from corral.devcluster.readings_api import register_readings_api, unregister_readings_api
-from corral.devices.credentials import write_credentials
-from corral.gateway.identity import Caller, anonymous
-from corral.privatefile import write_private
-from corral_sim.fleet import DeviceSpec
 from corral_sim.presets import overlay_of, preset
 
 FIELD_MANAGER = "corral-demo"
 AUDIT_PORT = 8443  # the audit log reader, as the README shows it (another port when 8443 is taken)
-SIGNING_KEY_FILE = "contract-signing-key.pem"  # the demo's vendor key (in the state directory, 0600)
-SIGNING_KEYS_SECRET = "corral-signing-keys"  # the trusted public keys, in the demo's namespace
 Progress = Callable[[str], None]
-
-
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
+__all__ = ["SIGNING_KEYS_SECRET", "SIGNING_KEY_FILE", "BrokerAt", "Child", "Demo", "Ready"]
 
 
 @dataclass(frozen=True)
@@ -116,11 +100,12 @@ class Demo:
         admin = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
         self.progress("installing CRDs, admission policies and user roles")
         self._install(admin)
-        token_file = self._agent_token(admin)
+        token_file = demosteps.agent_token(admin, self.namespace, "agent", self.state_dir / "agent-token")
         devices = preset("home")
-        credentials = self._enroll(admin, devices)
+        credentials = demosteps.enroll(admin, self.namespace, devices, self.state_dir / "demo-credentials.json",
+                                       self.progress)
         name_devices(admin, self.namespace, overlay_of("home"), FIELD_MANAGER)  # "Front door" in the "Hallway"
-        signed_build, signing_keys = self._sign_firmware(admin)
+        signed_build, signing_keys = demosteps.sign_firmware(admin, self.state_dir, self.namespace, self.progress)
         env = child_environment(os.environ, KUBECONFIG=str(kubeconfig))
         self.progress(f"starting {len(devices)} simulated devices, the controller and the MCP gateway")
         self._spawn("sim", ["sim", "--preset", "home", "--mqtt", broker_at.device_url, "--credentials",
@@ -157,7 +142,7 @@ class Demo:
                 # The gateway reads them directly; only kubectl's path through the API server is missing.
                 self.progress(f"readings are not an aggregated API on this plane: {err}")
         self._wait_healthy("gateway", f"http://127.0.0.1:{self.gateway_port}/healthz")
-        self._wait_registered(admin, len(devices))
+        demosteps.wait_online(admin, self.namespace, len(devices), self.progress, self.check_children)
         return Ready(kubeconfig, self.namespace, broker_at.device_url, f"http://127.0.0.1:{self.gateway_port}/mcp",
                      token_file, len(devices), own_plane)
 
@@ -192,38 +177,11 @@ class Demo:
             [find_mosquitto(), "-c", str(prepared.conf)], stdout=open(logs / "mosquitto.log", "ab"),  # noqa: SIM115 - the child owns it
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_environment(os.environ)),
             logs / "mosquitto.log"))
-        _wait(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
+        wait_until(lambda: accepts_connections(port), "Mosquitto to accept connections", 10)
         controller = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{port}"
         return self.kubeconfig, BrokerAt(controller, f"mqtt://127.0.0.1:{port}", broker.password_file(
             self.state_dir / "demo-broker", files.BROKER_CONTROLLER), broker.debug_log(self.state_dir / "demo-broker")
         ), False
-
-    def _enroll(self, admin: kubernetes.client.ApiClient, devices: list[DeviceSpec]) -> Path:
-        """Enroll the simulated home as a person would (`corral devices enroll`): a Device and a credential
-        each; the controller gives each its broker account. Enrollments kept from an earlier run are reused."""
-        self.progress(f"enrolling the {len(devices)} simulated devices in namespace {self.namespace} "
-                      "(a Device and a broker credential each, as `corral devices enroll` makes them)")
-        passwords = {spec.device_id: enrollment.ensure_enrolled(admin, self.namespace, spec.device_id,
-                                                                spec.device_type).password for spec in devices}
-        path = self.state_dir / "demo-credentials.json"
-        write_credentials(path, passwords)
-        return path
-
-    def _sign_firmware(self, admin: kubernetes.client.ApiClient) -> tuple[Path, str]:
-        """What a vendor's build step does (`corral contracts keygen`, `corral contracts sign`): a signing key kept
-        in the state directory (0600, reused by the next run), the catalog's contracts signed with it for the
-        simulated firmware, and its public half in the Secret of trusted keys. The controller then requires
-        signatures, as the chart does by default. Returns the signed build and the Secret (NAMESPACE/NAME)."""
-        try:
-            key = signing.ensure_key(self.state_dir / SIGNING_KEY_FILE)
-            build = self.state_dir / "signed-contracts.json"
-            signing.write_build(build, signing.sign_types([], key))
-            signing.trust_key(admin, self.namespace, SIGNING_KEYS_SECRET, "demo", key, replace=True)  # its own entry
-        except signing.SigningError as err:
-            raise DevClusterError(f"signing the catalog's contracts: {err}") from None
-        self.progress(f"signed the catalog's contracts ({build}) with {self.state_dir / SIGNING_KEY_FILE}, trusted "
-                      f"in Secret {self.namespace}/{SIGNING_KEYS_SECRET}")
-        return build, f"{self.namespace}/{SIGNING_KEYS_SECRET}"
 
     def _install(self, admin: kubernetes.client.ApiClient) -> None:
         try:
@@ -267,38 +225,8 @@ class Demo:
             ]
         return docs
 
-    def _agent_token(self, admin: kubernetes.client.ApiClient) -> Path:
-        # For the gateway's audience: over HTTP it accepts no other (`kubectl create token agent --audience ...`).
-        request = {"spec": {"audiences": [GATEWAY_AUDIENCE], "expirationSeconds": 86400}}
-        token = kubernetes.client.CoreV1Api(admin).create_namespaced_service_account_token(
-            "agent", self.namespace, request).status.token
-        self._check_audience(admin, token)
-        path = self.state_dir / "agent-token"
-        write_private(path, token)
-        return path
-
-    def _check_audience(self, admin: kubernetes.client.ApiClient, token: str) -> None:
-        """The API server must accept tokens for the gateway's audience too (every call the gateway makes for an
-        agent carries the agent's token): say so now, not as a 401 to every agent."""
-        with Caller("demo-agent", anonymous(admin.configuration), token).new_client() as client:
-            try:
-                kubernetes.client.AuthenticationV1Api(client).create_self_subject_review({})
-            except kubernetes.client.ApiException as err:
-                if err.status != 401:
-                    raise
-                raise DevClusterError(
-                    f"the cluster's API server refuses tokens for the audience {GATEWAY_AUDIENCE}, the only ones the "
-                    f"MCP gateway accepts: add it to the API server's --api-audiences, keeping the ones it has (k3s: "
-                    f"--kube-apiserver-arg=api-audiences=https://kubernetes.default.svc.cluster.local,k3s,"
-                    f"{GATEWAY_AUDIENCE})") from None
-
     def _spawn(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
-        log = logs / f"{name}.log"
-        with open(log, "ab") as out:
-            # A session of its own: Ctrl-C reaches only the demo, which stops the children in order.
-            proc = subprocess.Popen([sys.executable, "-m", "corral.cli.main", *args], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.children.append(Child(name, proc, log))
+        self.children.append(demosteps.spawn_corral(name, args, env, logs))
 
     def _wait_healthy(self, name: str, url: str) -> None:
         def healthy() -> bool:
@@ -309,46 +237,18 @@ class Demo:
             except OSError:
                 return False
 
-        _wait(healthy, f"the {name} to answer {url}", 60)
-
-    def _wait_registered(self, admin: kubernetes.client.ApiClient, expected: int) -> None:
-        objects = kubernetes.client.CustomObjectsApi(admin)
-        last = [-1]
-
-        def registered() -> bool:
-            self.check_children()
-            items = objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "devices")["items"]
-            ready = sum(1 for i in items if (i.get("status") or {}).get("online") and (i.get("status") or {}).get("capability"))
-            if ready != last[0]:
-                self.progress(f"enrolled devices online: {ready}/{expected}")
-                last[0] = ready
-            return ready >= expected
-
-        _wait(registered, "every simulated device to come online", 120, interval_s=1.0)
+        wait_until(healthy, f"the {name} to answer {url}", 60)
 
     # ---- run and stop ----------------------------------------------------------------------------------------
 
     def check_children(self) -> None:
-        for child in self.children:
-            if child.proc.poll() is not None:
-                tail = "\n".join(child.log.read_text(errors="replace").splitlines()[-15:])
-                raise DevClusterError(f"the {child.name} exited with {child.proc.returncode} (log {child.log}):\n{tail}")
+        demosteps.check_children(self.children)
 
     def stop(self) -> None:
         # A second Ctrl-C (or SIGTERM) must not cut the clean-up short and leave processes behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for child in reversed(self.children):
-            if child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGTERM)
-        for child in reversed(self.children):
-            try:
-                child.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait(5)
-            self.progress(f"stopped the {child.name}")
-        self.children.clear()
+        demosteps.stop_children(self.children, self.progress)
         if self._readings_api is not None:
             # An APIService nobody serves makes API discovery fail for every kubectl on a plane that stays up.
             try:
@@ -361,10 +261,3 @@ class Demo:
                 self.progress(line)
             self._plane = None
 
-
-def _wait(probe: Callable[[], bool], what: str, timeout_s: float, interval_s: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not probe():
-        if time.monotonic() > deadline:
-            raise DevClusterError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(interval_s)
