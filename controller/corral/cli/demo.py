@@ -1,4 +1,4 @@
-"""`corral demo`: the whole product on this machine until Ctrl-C or SIGTERM."""
+"""`corral demo`: the whole product on this machine until Ctrl-C or SIGTERM; `--node` as a k3s user runs it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from corral.client.errors import api_message
 from corral.devcluster import files
 from corral.devcluster.demo import Demo, Ready
 from corral.devcluster.errors import DevClusterError
+from corral.devcluster.nodedemo import NodeDemo, NodeReady
 from corral.devcluster.plane import DEFAULT_STATE_DIR
 
 
@@ -64,15 +65,32 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
 @click.option("--port", type=int, default=8000, show_default=True, help="Port of the MCP gateway (HTTP).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STATE_DIR,
               show_default=True, help="The local plane's state, the demo's logs and the agent's token.")
-def demo(kubeconfig: Path | None, mqtt_url: str | None, mqtt_password_file: str | None, namespace: str, port: int,
-         state_dir: Path) -> None:
+@click.option("--node", is_flag=True,
+              help="Run it as a k3s user does (root): on the real node of this machine (corral dev up --node), the "
+                   "chart installed by helm with charts/corral/values-k3s.yaml and the images built here, the "
+                   "simulated home connecting through the node's ports.")
+@click.pass_context
+def demo(ctx: click.Context, kubeconfig: Path | None, mqtt_url: str | None, mqtt_password_file: str | None,
+         namespace: str, port: int, state_dir: Path, node: bool) -> None:
     """Run everything: control plane and broker, CRDs, a simulated home of 43 devices, the controller and the
     MCP gateway. Prints how to connect kubectl and an MCP client; Ctrl-C (or SIGTERM) stops what it started."""
+    if node:
+        given = [f"--{name.replace('_', '-')}" for name in ("kubeconfig", "mqtt_url", "mqtt_password_file",
+                                                           "namespace", "port")
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"--node installs the chart on this machine's node in namespace corral with its "
+                                   f"node ports: {', '.join(given).replace('--mqtt-url', '--mqtt')} cannot be "
+                                   f"combined with it (only --state-dir can)")
     if mqtt_url is not None:
         broker_password(mqtt_url, mqtt_password_file)  # refused now, not after the plane started
     progress = Progress(state_dir / "demo-logs" / "demo.log")
-    run = Demo(state_dir, progress, kubeconfig, mqtt_url, namespace, port,
-               mqtt_password_file=Path(mqtt_password_file).resolve() if mqtt_password_file else None)
+    run: Demo | NodeDemo
+    if node:
+        run = NodeDemo(state_dir, progress)
+    else:
+        run = Demo(state_dir, progress, kubeconfig, mqtt_url, namespace, port,
+                   mqtt_password_file=Path(mqtt_password_file).resolve() if mqtt_password_file else None)
     # Explicit handlers for both: a demo started with SIGINT ignored (a background job of a non-interactive
     # shell, nohup, some CI runners) would otherwise never hear Ctrl-C, and SIGTERM would kill it outright.
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -80,7 +98,7 @@ def demo(kubeconfig: Path | None, mqtt_url: str | None, mqtt_password_file: str 
     failure: click.ClickException | None = None
     try:
         ready = run.start()
-        _say(sys.stdout, _instructions(ready))
+        _say(sys.stdout, _node_instructions(ready) if isinstance(ready, NodeReady) else _instructions(ready))
         while True:
             time.sleep(1)
             run.check_children()
@@ -130,6 +148,27 @@ Corral is running: {ready.devices} simulated devices in namespace {ns}, the cont
   broker       {ready.mqtt_url}
 
 ready (Ctrl-C stops what the demo started)
+"""
+
+
+def _node_instructions(ready: NodeReady) -> str:
+    ns = ready.namespace
+    corral = _corral_command()
+    after = "and the node the demo started" if ready.own_node else "; the node was running before and stays up"
+    return f"""
+Corral is running on the node {ready.node_name} ({ready.node_ip}) as a k3s user installs it: helm release corral of
+charts/corral with values-k3s.yaml in namespace {ns}, the images built here; {ready.devices} simulated devices on this
+machine connected through the node's broker port.
+
+  kubectl      source {ready.env_file} && kubectl get pods,devices -n {ns}
+  MCP, HTTP    {ready.mcp_url}
+               header  Authorization: Bearer $(cat {ready.agent_token})   (ServiceAccount {ns}/agent, agent-operator)
+  approvals    {ready.console_url}   sign in with the token in {ready.person_token} ({ready.person})
+               or: {corral} intents -n {ns}
+  broker       {ready.mqtt_url}   (CA {ready.broker_ca})
+  helm         {ready.helm} status corral -n {ns}   (KUBECONFIG={ready.kubeconfig})
+
+ready (Ctrl-C stops the simulated home {after})
 """
 
 
