@@ -51,8 +51,10 @@ def _split(value: str, sep: str, option: str, form: str) -> tuple[str, str]:
               help="Copy the CA certificate (never its key) of --server-cert SECRET to configmap/NAME or "
                    "secret/NAME (key ca.crt), or into apiservice/NAME's caBundle. Repeatable.")
 @click.option("--keep", "kept", multiple=True, metavar="SECRET",
-              help="Give SECRET no owner, so that it outlives the ServiceAccount (an uninstall). Others belong to "
-                   "the ServiceAccount this runs as, when it runs as one of the namespace.")
+              help="Give SECRET no owner, so that it outlives the ServiceAccount (an uninstall); a reference to a "
+                   "ServiceAccount of this one's name is removed from it. Others belong to the ServiceAccount this "
+                   "runs as, when it runs as one of the namespace: one found still owned by a previous "
+                   "ServiceAccount of that name (an install right after an uninstall) is given to this one.")
 @click.option("--write", "writes", multiple=True, metavar="SECRET/KEY=PATH",
               help="Write data key KEY of SECRET (one this command ensures) to the file PATH, mode 0600. Repeatable.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A label for what is made. Repeatable.")
@@ -106,7 +108,7 @@ def ensure(kubeconfig: str | None, namespace: str | None, ed25519: tuple[str, ..
         owner = service_account_owner(client, namespace)
         data = {}
         for name, entry in wanted.items():
-            data[name] = ensure_secret(client, namespace, entry, None if name in kept else owner, label_map)
+            data[name] = ensure_secret(client, namespace, entry, owner, label_map, keep=name in kept)
             click.echo(f"Secret {namespace}/{name}: ready ({', '.join(sorted(data[name]))})", err=True)
         for secret, target in published:
             wrote = publish_ca(client, namespace, data[secret]["ca.crt"], target, owner, label_map)

@@ -11,19 +11,22 @@ again for new names) carries the resourceVersion it read, so a concurrent one is
 never overwrites a key another start has handed out.
 
 Ownership: each Secret gets an ownerReference to the ServiceAccount the step runs as (the chart's controller
-ServiceAccount), so Kubernetes' garbage collector removes it with the release; a Secret named in `keep` (the
-audit signing keys, which a kept log needs) gets none and outlives an uninstall.
+ServiceAccount), so Kubernetes' garbage collector removes it with the release; a Secret kept (`keep`: the audit
+signing keys, which a kept log needs) gets none and outlives an uninstall. One found with a reference to a
+previous ServiceAccount of that name (an install right after an uninstall of the same release) is re-pointed to
+the live one before it is handed out, so the collector does not delete it under the new release
+(`client/ownership.py` says why that cannot lose the race).
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
 
+from corral.client.ownership import Owner, settled_references
 from corral.client.secret_material import Wanted, fill
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -33,18 +36,6 @@ ATTEMPTS = 8  # a conflict means another start wrote first; a few rounds settle 
 
 class EnsureError(RuntimeError):
     """The API server refused, or a Secret could not be settled; the sentence says which and why."""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The object the made Secrets belong to (garbage-collected with it): a ServiceAccount in their namespace."""
-
-    name: str
-    uid: str
-
-    def reference(self) -> dict[str, Any]:
-        # No blockOwnerDeletion: it would need the right to set finalizers on the ServiceAccount.
-        return {"apiVersion": "v1", "kind": "ServiceAccount", "name": self.name, "uid": self.uid}
 
 
 def service_account_owner(client: kubernetes.client.ApiClient, namespace: str) -> Owner | None:
@@ -59,38 +50,47 @@ def service_account_owner(client: kubernetes.client.ApiClient, namespace: str) -
 
 
 def ensure_secret(client: kubernetes.client.ApiClient, namespace: str, wanted: Wanted, owner: Owner | None,
-                  labels: dict[str, str] | None = None) -> dict[str, bytes]:
-    """The Secret's data once it holds everything `wanted` asks for: made when absent (with `owner`), completed
-    when something is missing, left alone when nothing is."""
+                  labels: dict[str, str] | None = None, *, keep: bool = False) -> dict[str, bytes]:
+    """The Secret's data once it holds everything `wanted` asks for: made when absent (owned by `owner`, or by
+    nobody with `keep`), completed when something is missing, left alone when nothing is; its references to a
+    ServiceAccount of the owner's name settled (`ownership.settled_references`) in the same write."""
     core = kubernetes.client.CoreV1Api(client)
     for _ in range(ATTEMPTS):
         current = _read(core, namespace, wanted.name)
         if current is not None and current.type != wanted.secret_type:
             raise EnsureError(f"Secret {namespace}/{wanted.name} is of type {current.type}, not {wanted.secret_type}: "
                               "it was not made by Corral; delete it or choose another name")
+        _refuse_if_going(current, f"Secret {namespace}/{wanted.name}")
         data = _decoded(current.data if current is not None else None)
         new = fill(wanted, data if current is not None else None)
-        if new is None:
+        references = _settled(client, current, owner, keep)
+        if new is None and references is None:
             return data
         try:
             if current is None:
-                core.create_namespaced_secret(namespace, _body(wanted, new, owner, labels))
+                assert new is not None  # fill makes the whole data when there is no Secret yet
+                core.create_namespaced_secret(namespace, _body(wanted, new, None if keep else owner, labels))
             else:
-                current.data = _encoded(new)
+                if new is not None:
+                    current.data = _encoded(new)
+                if references is not None:
+                    current.metadata.owner_references = references
                 core.replace_namespaced_secret(wanted.name, namespace, current)  # with the resourceVersion read
-            return new
+            return new if new is not None else data
         except kubernetes.client.ApiException as err:
-            if err.status != 409:
+            if err.status not in (404, 409):
                 raise
-            # Another start created or changed it first: read theirs and go on from there.
+            # 409: another start created or changed it first; 404: the garbage collector deleted it after we
+            # read it (a previous release's). Read again and go on from what is there now.
     raise EnsureError(f"Secret {namespace}/{wanted.name} kept changing under {ATTEMPTS} attempts to settle it")
 
 
 def publish_ca(client: kubernetes.client.ApiClient, namespace: str, ca_pem: bytes, target: str,
                owner: Owner | None, labels: dict[str, str] | None = None) -> bool:
     """Put a CA certificate (never its key) where readers find it: `configmap/NAME` or `secret/NAME` (key
-    ca.crt, in `namespace`), or `apiservice/NAME` (its caBundle, which kube-apiserver verifies the server
-    with). Writes only when it differs; True when it wrote."""
+    ca.crt, in `namespace`, owned by `owner`: re-pointed from a previous ServiceAccount of its name as
+    `ensure_secret` does), or `apiservice/NAME` (its caBundle, which kube-apiserver verifies the server with).
+    Writes only when something differs; True when it wrote."""
     kind, _, name = target.partition("/")
     if kind == "apiservice":
         return _patch_ca_bundle(client, name, ca_pem)
@@ -111,20 +111,39 @@ def publish_ca(client: kubernetes.client.ApiClient, namespace: str, ca_pem: byte
             if current is None:
                 create(namespace, {"metadata": _metadata(name, owner, labels), **body_data})
                 return True
+            _refuse_if_going(current, f"{kind} {namespace}/{name}")
+            references = _settled(client, current, owner, keep=False)
             if kind == "configmap":
-                if (current.data or {}).get("ca.crt") == ca_pem.decode():
-                    return False
+                same = (current.data or {}).get("ca.crt") == ca_pem.decode()
                 current.data = {**(current.data or {}), "ca.crt": ca_pem.decode()}
             else:
-                if _decoded(current.data).get("ca.crt") == ca_pem:
-                    return False
+                same = _decoded(current.data).get("ca.crt") == ca_pem
                 current.data = {**(current.data or {}), **_encoded({"ca.crt": ca_pem})}
+            if same and references is None:
+                return False
+            if references is not None:
+                current.metadata.owner_references = references
             replace(name, namespace, current)
             return True
         except kubernetes.client.ApiException as err:
-            if err.status != 409:
+            if err.status not in (404, 409):
                 raise
     raise EnsureError(f"{kind} {namespace}/{name} kept changing under {ATTEMPTS} attempts to publish the CA")
+
+
+def _settled(client: kubernetes.client.ApiClient, current: Any, owner: Owner | None,
+             keep: bool) -> list[dict[str, Any]] | None:
+    if current is None:
+        return None
+    found = client.sanitize_for_serialization(current.metadata.owner_references or [])
+    return settled_references(found, owner, keep)
+
+
+def _refuse_if_going(current: Any, what: str) -> None:
+    """An object being deleted (held only by its finalizers) cannot be handed out: it is about to go."""
+    if current is not None and current.metadata.deletion_timestamp is not None:
+        raise EnsureError(f"{what} is being deleted (finalizers: {', '.join(current.metadata.finalizers or [])}); "
+                          "run again once it is gone (in a pod, the kubelet restarts this step)")
 
 
 def _patch_ca_bundle(client: kubernetes.client.ApiClient, name: str, ca_pem: bytes) -> bool:
