@@ -34,6 +34,7 @@ from corral.devcluster.images import ensure_images, import_images
 from corral.devcluster.images_corral import repository
 from corral.devcluster.naming import name_devices
 from corral.devcluster.node import COMPONENTS, DevNode, NodePlane
+from corral.devcluster.plane import DevPlane
 from corral.devcluster.processes import child_environment
 from corral_sim.presets import overlay_of, preset
 
@@ -191,9 +192,17 @@ class NodeDemo:
         running = {c.name for c in node.status() if c.running}
         if running >= set(COMPONENTS):
             self.progress(f"using the node already running from {self.state_dir}")
-        else:
-            self._node = node  # marked before up(): a half-started node is taken down too
-        return node.up()
+            return node.up()
+        # Marked before up(): a half-started node is taken down too, and with it the plane (a plane that ran
+        # without a node is restarted to serve one, so it is the demo's from then on).
+        self._node = node
+        plane_was_running = DevPlane(self.state_dir).running() is not None
+        try:
+            return node.up()
+        except DevClusterError:
+            if plane_was_running and not node.status():
+                self._node = None  # refused before it started anything (e.g. another node runs): nothing to undo
+            raise
 
     def _restricted_namespace(self, admin: kubernetes.client.ApiClient) -> None:
         label = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -233,8 +242,8 @@ class NodeDemo:
                    images: Mapping[str, str]) -> None:
         """Objects of the chart already on this plane but made without helm (`corral demo` applies the same roles and
         admission policies): marked as the release's, which helm then takes over; another release's are refused."""
-        rendered = _run([str(helm), "template", RELEASE, str(chart), "-n", NAMESPACE,
-                         *chart_values(chart, node.node_ip, images)], env, "helm template")
+        rendered = _run([str(helm), "template", RELEASE, str(chart), "-n", NAMESPACE, "--kube-version",
+                         node.plane.version, *chart_values(chart, node.node_ip, images)], env, "helm template")
         documents = [d for d in yaml.safe_load_all(rendered) if d]
         found = _run(node.kubectl_argv("get", "-n", NAMESPACE, "--ignore-not-found", "-o", "json", "-f", "-"),
                      env, "kubectl get (the chart's objects)", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
