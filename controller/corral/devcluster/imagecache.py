@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.devcluster.gobuild import Progress
+from corral.devcluster.imagehash import image_ref
 from corral.devcluster.kubebinary import cache_root
 
 
@@ -30,7 +31,9 @@ def archive_path(name: str, tag: str) -> Path:
 
 
 def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], progress: Progress) -> NodeImage:
-    """The archive for `name` at content tag `tag`, built (locked per entry) by `build(partial_path)` if absent."""
+    """The archive for `name` at content tag `tag`, made (locked per entry) by `build(archive)` if absent.
+
+    `build` writes the archive at that path atomically (a partial file renamed at the end)."""
     archive = archive_path(name, tag)
     if not archive.is_file():
         archive.parent.mkdir(parents=True, exist_ok=True)
@@ -43,3 +46,15 @@ def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], p
                 size_mib = archive.stat().st_size / 2**20
                 progress(f"built image {ref} in {time.monotonic() - started:.0f}s ({size_mib:.0f} MiB, {archive})")
     return NodeImage(name=name, ref=ref, archive=archive)
+
+
+def prune_archives(name: str, keep: int) -> list[NodeImage]:
+    """Delete all but the `keep` newest archives of `name` (they are rebuilt on demand); what was deleted."""
+    archives = sorted(images_dir().glob(f"{name}-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    removed: list[NodeImage] = []
+    for archive in archives[keep:]:
+        tag = archive.name[len(name) + 1 : -len(".tar")]
+        archive.unlink(missing_ok=True)
+        archive.with_name(archive.name + ".lock").unlink(missing_ok=True)
+        removed.append(NodeImage(name=name, ref=image_ref(name, tag), archive=archive))
+    return removed

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,12 +19,14 @@ from corral import __version__
 from corral.devcluster import images_debian
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.gobuild import Progress
-from corral.devcluster.imagecache import NodeImage, cached_image
+from corral.devcluster.imagecache import NodeImage, cached_image, prune_archives
 from corral.devcluster.imagehash import corral_content_hash, corral_tag, image_ref
 
 DEFAULT_VERSION = __version__  # what `corral --version` says in the image built from these sources
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _PROGRESS_EVERY_S = 15.0
+# Two versions side by side (an upgrade test) and one older build; each archive is about 450 MB.
+KEEP_ARCHIVES = 3
 
 
 def repository() -> Path:
@@ -52,26 +53,40 @@ def corral(progress: Progress = print, version: str = DEFAULT_VERSION, context: 
     def build(archive: Path) -> None:
         buildah = _buildah()
         _load(buildah, base.ref, base.archive)
-        with tempfile.TemporaryDirectory(prefix="corral-bud-") as work:
-            command = [buildah, "bud", "--network", "host", "--layers=false", "--rm", "--force-rm", "--pull=never",
-                       "--build-arg", f"PYTHON_IMAGE={base.ref}", "--build-arg", f"CORRAL_VERSION={version}",
-                       *_pip_trust_volumes(Path(work)), "-f", str(context / "Dockerfile"), "-t", ref, str(context)]
-            _run_with_progress(command, progress)
+        # No --layers: buildah 1.28 keys every step's cache on all build args, so another CORRAL_VERSION reuses
+        # nothing, and the kept intermediate images would only fill the storage.
+        command = [buildah, "bud", "--network", "host", "--layers=false", "--rm", "--force-rm", "--pull=never",
+                   "--build-arg", f"PYTHON_IMAGE={base.ref}", "--build-arg", f"CORRAL_VERSION={version}",
+                   *_pip_trust_volumes(archive.parent), "-f", str(context / "Dockerfile"), "-t", ref, str(context)]
+        _run_with_progress(command, progress)
         partial = archive.with_name(archive.name + ".partial")
         partial.unlink(missing_ok=True)
         _check([buildah, "push", "--quiet", ref, f"docker-archive:{partial}:{ref}"])
         partial.rename(archive)
 
-    return cached_image("corral", ref, tag, build, progress)
+    image = cached_image("corral", ref, tag, build, progress)
+    _prune_storage(prune_archives("corral", keep=KEEP_ARCHIVES))
+    return image
 
 
-def _pip_trust_volumes(work: Path) -> list[str]:
+def _prune_storage(removed: list[NodeImage]) -> None:
+    """Drop from buildah's storage the images whose archives were pruned."""
+    buildah = shutil.which("buildah")
+    if buildah is None:
+        return
+    for image in removed:
+        subprocess.run([buildah, "rmi", image.ref], capture_output=True)  # absent already: nothing to do
+
+
+def _pip_trust_volumes(directory: Path) -> list[str]:
     """Mounts for RUN steps so that pip trusts what the host trusts (PIP_CERT / pip.conf's cert)."""
     bundle = Path(os.environ.get("PIP_CERT") or HOST_CA_BUNDLE)
     if not bundle.is_file():
         return []
-    conf = work / "pip.conf"
-    conf.write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+    conf = directory / "build-pip.conf"
+    text = "[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n"
+    if not conf.is_file() or conf.read_text() != text:
+        conf.write_text(text)
     return ["--volume", f"{bundle}:/etc/ssl/certs/ca-certificates.crt:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
 
 
