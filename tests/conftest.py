@@ -18,8 +18,10 @@ from hypothesis import settings
 
 from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.client.install import install_api
+from corral.devcluster.node import NodePlane
 from corral.devcluster.plane import DevPlane, Plane
 from tests.harness import api_client, fresh_namespace, wait_for
+from tests.node_harness import node_plane_session
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLANE_SUMMARY = pytest.StashKey[list[str]]()
@@ -75,6 +77,13 @@ def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     finally:
         for line in own.down(purge=True):
             say(line)
+
+
+@pytest.fixture(scope="session")
+def node_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodePlane]:
+    """A plane of its own with a real node (kubelet, containerd, CoreDNS, local-path, kube-router), Ready; skipped
+    when not root (tests/node_harness.py)."""
+    yield from node_plane_session(tmp_path_factory.mktemp("node"), _say(request.config))
 
 
 @pytest.fixture(scope="session")

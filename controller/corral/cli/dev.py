@@ -11,6 +11,7 @@ from corral.devcluster.errors import DevClusterError
 from corral.devcluster.images import ensure_images
 from corral.devcluster.images_corral import DEFAULT_VERSION
 from corral.devcluster.kubebinary import ensure_binary
+from corral.devcluster.node import DevNode
 from corral.devcluster.plane import DEFAULT_STATE_DIR, DevPlane
 
 state_dir_option = click.option(
@@ -33,12 +34,21 @@ def dev() -> None:
 
 @dev.command()
 @state_dir_option
-def up(state_dir: Path) -> None:
+@click.option("--node", is_flag=True,
+              help="Also run a node on this machine, as a k3s server does: containerd, kubelet, scheduler, "
+                   "controller-manager, kube-proxy, CoreDNS, local-path StorageClass, kube-router policies (root).")
+def up(state_dir: Path, node: bool) -> None:
     """Start the plane, or reuse it if it already runs; build kube-apiserver on first use."""
     try:
-        plane = DevPlane(state_dir, progress=_progress).up()
+        if node:
+            with_node = DevNode(state_dir, progress=_progress).up()
+            plane = with_node.plane
+        else:
+            plane = DevPlane(state_dir, progress=_progress).up()
     except DevClusterError as err:
         raise click.ClickException(str(err)) from None
+    if node:
+        click.echo(f"node {with_node.node_name} at {with_node.node_ip}: Ready (containerd {with_node.containerd_socket})")
     click.echo(f"kube-apiserver {plane.version} at {plane.server}")
     click.echo(f"MQTT broker at {plane.mqtt_url} and {plane.mqtt_tls_url} (CA {plane.mqtt_ca_file}); no anonymous "
                f"clients: the controller's account is named in the env file, its password in "
@@ -56,9 +66,10 @@ def up(state_dir: Path) -> None:
 @state_dir_option
 @click.option("--purge", is_flag=True, help="Also delete the state directory (etcd data, certificates, tokens).")
 def down(state_dir: Path, purge: bool) -> None:
-    """Stop the processes `corral dev up` started here (only those, identified by pid and command line)."""
+    """Stop the processes `corral dev up` started here (only those, identified by pid and command line); with a
+    node, also remove its containers, mounts, iptables rules, cni0 bridge and cgroups, and restore its sysctls."""
     try:
-        for line in DevPlane(state_dir, progress=_progress).down(purge=purge):
+        for line in DevNode(state_dir, progress=_progress).down(purge=purge):
             click.echo(line)
     except DevClusterError as err:
         raise click.ClickException(str(err)) from None
@@ -70,11 +81,12 @@ def status(state_dir: Path) -> None:
     """Show whether the plane runs; exit 1 when any part of it does not."""
     try:
         components = DevPlane(state_dir, progress=_progress).status()
+        components += DevNode(state_dir, progress=_progress).status()
     except DevClusterError as err:
         raise click.ClickException(str(err)) from None
     for c in components:
         pid = f"pid {c.pid}" if c.pid else "-"
-        click.echo(f"{c.name:<15} {pid:<11} {c.endpoint or '-':<28} {c.detail}")
+        click.echo(f"{c.name:<23} {pid:<11} {c.endpoint or '-':<28} {c.detail}")
     if not all(c.running for c in components):
         raise SystemExit(1)
 

@@ -6,9 +6,12 @@ node's orchestration, which imports the plane.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from corral.devcluster.errors import DevClusterError
@@ -16,6 +19,7 @@ from corral.devcluster.errors import DevClusterError
 # Where the one node of this machine says which state directory runs it. /run is emptied by a reboot, as the
 # node's processes, mounts and rules are.
 MACHINE_CLAIM = Path("/run/corral-node.json")
+_CLAIM_LOCK = Path("/run/corral-node.lock")
 
 
 def require_root() -> None:
@@ -51,8 +55,39 @@ def node_ip() -> str:
     return address
 
 
-def claimed_by() -> dict | None:
-    """The machine's node claim: {"state_dir": ..., "kubelet_pid": ...} or None."""
+def claim_machine(state_dir: Path, still_running: Callable[[Path], list[str]]) -> Path | None:
+    """Make this state directory's node the machine's one, or raise naming the node that is.
+
+    `still_running(other_state_dir)` names the other node's live components. The claim also counts as live
+    while the process that made it runs (it may still be building images, nothing started yet). Check and
+    claim happen under one lock: two `up`s started together must not both win. Returns the state directory of
+    a node that ended without `down` (its leftovers are the caller's to remove), else None.
+    """
+    with _locked():
+        claim = _read_claim()
+        if claim is None or Path(str(claim.get("state_dir"))) == state_dir:
+            _write_claim(state_dir)
+            return None
+        other = Path(str(claim.get("state_dir")))
+        running = still_running(other)
+        claimant = claim.get("pid")
+        if isinstance(claimant, int) and _started_at(claimant) == claim.get("started"):
+            running.append(f"pid {claimant}, which claimed the machine for it, still running")
+        if running:
+            raise DevClusterError(
+                f"a node already runs on this machine, from the plane in {other} ({', '.join(running)}); only one "
+                f"node per machine (its kubelet, cni0 bridge and iptables rules are machine-wide). Stop it first: "
+                f"corral dev down --state-dir {other}")
+        _write_claim(state_dir)
+        return other
+
+
+def _write_claim(state_dir: Path) -> None:
+    pid = os.getpid()
+    MACHINE_CLAIM.write_text(json.dumps({"state_dir": str(state_dir), "pid": pid, "started": _started_at(pid)}) + "\n")
+
+
+def _read_claim() -> dict | None:
     try:
         data = json.loads(MACHINE_CLAIM.read_text())
     except (OSError, ValueError):
@@ -60,11 +95,23 @@ def claimed_by() -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def write_claim(state_dir: Path) -> None:
-    MACHINE_CLAIM.write_text(json.dumps({"state_dir": str(state_dir)}) + "\n")
+def _started_at(pid: int) -> str | None:
+    """A process' start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, an identity."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    with open(_CLAIM_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def release_claim(state_dir: Path) -> None:
-    claim = claimed_by()
+    claim = _read_claim()
     if claim is not None and claim.get("state_dir") == str(state_dir):
         MACHINE_CLAIM.unlink(missing_ok=True)
