@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,21 +50,28 @@ def config(image: NodeImage) -> dict[str, object]:
     return parsed
 
 
-def run_in(image: NodeImage, *command: str, user: str | None = None) -> str:
-    """Run `command` in a container of the image (buildah), as `user` or the image's own; the output."""
+@contextmanager
+def container_of(image: NodeImage) -> Iterator[str]:
+    """A buildah working container of the image, removed afterwards."""
     # The Corral image is in buildah's storage already (built there); reading a 400 MB archive again costs seconds.
     stored = subprocess.run(["buildah", "inspect", "--type", "image", image.ref], capture_output=True).returncode == 0
     source = ["--pull=never", image.ref] if stored else [f"docker-archive:{image.archive}"]
     made = subprocess.run(["buildah", "from", "--quiet", *source], capture_output=True, text=True, check=True)
     container = made.stdout.strip().splitlines()[-1]
     try:
+        yield container
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=True)
+
+
+def run_in(image: NodeImage, *command: str, user: str | None = None) -> str:
+    """Run `command` in a container of the image (buildah, no network), as `user` or the image's own; the output."""
+    with container_of(image) as container:
         user_args = ["--user", user] if user else []
         done = subprocess.run(["buildah", "run", "--network", "none", *user_args, container, "--", *command],
                               capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, f"{command} in {image.ref} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
-        return done.stdout
-    finally:
-        subprocess.run(["buildah", "rm", container], capture_output=True, check=True)
+    assert done.returncode == 0, f"{command} in {image.ref} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+    return done.stdout
 
 
 @pytest.mark.timeout(3600)  # a cold cache builds them all; warm, this is a hash check
@@ -123,6 +131,27 @@ def test_pause_busybox_coredns_and_local_path(images: dict[str, NodeImage]) -> N
     tools = run_in(images["busybox"], "which", "nc", "wget", "nslookup", "mkdir", "rm").split()
     assert tools == ["/usr/bin/nc", "/usr/bin/wget", "/usr/bin/nslookup", "/bin/mkdir", "/bin/rm"]
     assert "local-path-provisioner" in run_in(images["local-path-provisioner"], "local-path-provisioner", "--help")
+
+
+def test_coredns_binds_port_53_as_65532_through_its_file_capability(images: dict[str, NodeImage]) -> None:
+    with container_of(images["coredns"]) as container:
+        proc = subprocess.Popen(["buildah", "run", "--network", "none", "--user", "65532:65532", container, "--",
+                                 "/coredns", "-conf", "stdin"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(".:53 {\n  whoami\n}\n")
+        proc.stdin.close()
+        lines: list[str] = []
+        try:
+            # CoreDNS prints its zones and version once it listens; a refused bind ends it with the error.
+            for line in proc.stdout:
+                lines.append(line.rstrip())
+                if line.startswith("CoreDNS-"):
+                    break
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert ".:53" in lines and any(line.startswith("CoreDNS-1.14") for line in lines), lines
 
 
 @pytest.fixture

@@ -10,13 +10,22 @@ import pytest
 
 from corral.devcluster import images_debian
 from corral.devcluster.imagehash import (
+    HashInputs,
     corral_content_hash,
     corral_tag,
     dockerfile_copy_sources,
     image_ref,
     is_ignored,
 )
-from corral.devcluster.imagelayers import copied, directory, symlink, write_layer, written
+from corral.devcluster.imagelayers import (
+    CAP_NET_BIND_SERVICE,
+    copied,
+    directory,
+    layer_hash,
+    symlink,
+    write_layer,
+    written,
+)
 from corral.devcluster.images_corral import repository
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,3 +143,15 @@ def test_a_layer_is_the_same_bytes_every_time_with_owners_modes_and_parents(tmp_
     assert members["usr/bin/tool"].mode == 0o755 and members["etc/x.conf"].mode == 0o644
     assert members["bin/t"].issym() and members["bin/t"].linkname == "/usr/bin/tool"
     assert (members["data"].uid, members["data"].mode) == (1883, 0o700)
+
+
+def test_a_file_capability_is_written_as_setcap_would_and_changes_the_layer_hash(tmp_path: Path) -> None:
+    binary = tmp_path / "coredns"
+    binary.write_bytes(b"\x7fELF")
+    plain, capable = copied("coredns", binary), copied("coredns", binary, capabilities=(CAP_NET_BIND_SERVICE,))
+    with tarfile.open(write_layer([capable], tmp_path / "l.tar"), encoding="utf-8", errors="surrogateescape") as tar:
+        value = tar.getmember("coredns").pax_headers["SCHILY.xattr.security.capability"]
+    # `getcap` reads it as cap_net_bind_service=ep: revision 2, effective, bit 10 permitted.
+    assert value.encode("utf-8", "surrogateescape") == bytes.fromhex("01000002" "00040000" "00000000" "00000000" "00000000")
+    hashes = {layer_hash(HashInputs("x"), "l", [entry]).hexdigest() for entry in (plain, capable)}
+    assert len(hashes) == 2

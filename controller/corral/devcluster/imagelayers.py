@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 import subprocess
 import tarfile
 import tempfile
@@ -33,14 +34,29 @@ class Entry:
     source: Path | None = None
     text: str | None = None
     target: str | None = None
+    # File capabilities (numbers, e.g. CAP_NET_BIND_SERVICE), effective at exec as `setcap cap_x=+ep` makes
+    # them: how a non-root process gets a capability its Pod adds (the runtime sets no ambient capabilities).
+    capabilities: tuple[int, ...] = ()
+
+
+CAP_NET_BIND_SERVICE = 10
+_XATTR_CAPABILITY = "SCHILY.xattr.security.capability"
+
+
+def file_capability(capabilities: Sequence[int]) -> bytes:
+    """The `security.capability` value (VFS_CAP_REVISION_2, effective) granting `capabilities` as permitted."""
+    permitted = 0
+    for number in capabilities:
+        permitted |= 1 << number
+    return struct.pack("<IIIII", 0x02000000 | 0x1, permitted & 0xFFFFFFFF, 0, permitted >> 32, 0)
 
 
 def directory(path: str, mode: int = 0o755, uid: int = 0, gid: int = 0) -> Entry:
     return Entry(path.strip("/"), "dir", mode, uid, gid)
 
 
-def copied(path: str, source: Path, mode: int = 0o755) -> Entry:
-    return Entry(path.strip("/"), "file", mode, source=source)
+def copied(path: str, source: Path, mode: int = 0o755, capabilities: tuple[int, ...] = ()) -> Entry:
+    return Entry(path.strip("/"), "file", mode, source=source, capabilities=capabilities)
 
 
 def written(path: str, text: str, mode: int = 0o644) -> Entry:
@@ -86,7 +102,8 @@ def with_parents(entries: Sequence[Entry]) -> list[Entry]:
 def layer_hash(inputs: HashInputs, label: str, entries: Sequence[Entry]) -> HashInputs:
     """Add a layer's description and its files' bytes to `inputs`."""
     for entry in with_parents(entries):
-        inputs.add_json(f"{label}:entry", [entry.path, entry.kind, entry.mode, entry.uid, entry.gid, entry.target])
+        inputs.add_json(f"{label}:entry", [entry.path, entry.kind, entry.mode, entry.uid, entry.gid, entry.target,
+                                           list(entry.capabilities)])
         if entry.source is not None:
             inputs.add(f"{label}:bytes", entry.source.read_bytes())
         elif entry.text is not None:
@@ -108,6 +125,11 @@ def write_layer(entries: Sequence[Entry], out: Path) -> Path:
             else:
                 data = entry.source.read_bytes() if entry.source is not None else (entry.text or "").encode()
                 info.size = len(data)
+                if entry.capabilities:
+                    # Binary in a PAX record: tarfile writes it verbatim (hdrcharset=BINARY) when it is given as
+                    # surrogate-escaped text; containerd and buildah set it as the file's xattr on unpacking.
+                    blob = file_capability(entry.capabilities).decode("utf-8", "surrogateescape")
+                    info.pax_headers = {_XATTR_CAPABILITY: blob}
                 tar.addfile(info, io.BytesIO(data))
     return out
 

@@ -28,6 +28,7 @@ from corral.devcluster.gobuild import Progress
 from corral.devcluster.imagecache import NodeImage, cached_image
 from corral.devcluster.imagehash import TAG_LENGTH, HashInputs, image_ref
 from corral.devcluster.imagelayers import (
+    CAP_NET_BIND_SERVICE,
     Entry,
     ImageConfig,
     assemble,
@@ -98,7 +99,8 @@ def busybox(progress: Progress = print) -> NodeImage:
 
 def coredns(progress: Progress = print) -> NodeImage:
     binary = addonbinaries.ensure_coredns(progress)
-    entries = [copied("coredns", binary), *_passwd(f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/sbin/nologin\n")]
+    # As CoreDNS's own image (setcap cap_net_bind_service=+ep): 65532 binds port 53 with the capability its Pod adds.
+    entries = [copied("coredns", binary, capabilities=(CAP_NET_BIND_SERVICE,)), *_passwd(f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/sbin/nologin\n")]
     config = ImageConfig(entrypoint=("/coredns",), user=f"{NONROOT}:{NONROOT}", ports=("53/tcp", "53/udp"), env=())
     return _from_files("coredns", [entries], config, progress)
 
