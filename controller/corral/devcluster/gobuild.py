@@ -92,24 +92,27 @@ def _run_counting_packages(
 ) -> tuple[int, int, list[str]]:
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    compiled = 0
+    compiled = downloaded = 0
     errors: list[str] = []
     done = threading.Event()
 
     def report() -> None:
-        # Downloading modules and linking print nothing for a long while, so progress runs on a clock.
+        # Linking prints nothing for a long while, so progress runs on a clock.
         while not done.wait(_PROGRESS_EVERY_S):
             elapsed = int(time.monotonic() - started)
-            progress(f"  ... {name}: {compiled} packages compiled, {elapsed // 60}m{elapsed % 60:02d}s")
+            modules = f"{downloaded} modules downloaded, " if downloaded else ""
+            progress(f"  ... {name}: {modules}{compiled} packages compiled, {elapsed // 60}m{elapsed % 60:02d}s")
 
     threading.Thread(target=report, daemon=True).start()
     try:
         for line in proc.stderr:
             line = line.rstrip()
-            # `go install -v` prints one import path per package it compiles; anything else is a diagnostic
-            # (or a "go: downloading" line) worth keeping for the error message.
+            # `go install -v` prints one import path per package it compiles; anything else but a download is a
+            # diagnostic worth keeping for the error message.
             if re.fullmatch(r"[\w.\-~/]+", line):
                 compiled += 1
+            elif line.startswith("go: downloading "):
+                downloaded += 1
             elif line:
                 errors.append(line)
         code = proc.wait()
