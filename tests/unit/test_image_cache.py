@@ -54,3 +54,13 @@ def test_pruning_keeps_the_newest_archives_of_one_name_only() -> None:
     assert sorted(image.ref for image in removed) == ["corral.local/corral:0.1.0-old", "corral.local/corral:0.1.0-oldest"]
     assert archive_path("corral", "0.2.0-new").exists() and archive_path("corral", "0.1.0-mid").exists()
     assert archive_path("coredns", "zzz").exists()
+
+
+def test_a_build_prunes_the_oldest_archives_of_its_name_and_says_which() -> None:
+    pruned: list[str] = []
+    for tag in ("a", "b", "c", "d"):
+        cached_image("corral", f"corral.local/corral:{tag}", tag, lambda archive: archive.write_bytes(b"x"),
+                     lambda line: None, on_pruned=lambda images: pruned.extend(i.ref for i in images))
+    assert pruned == ["corral.local/corral:a"]
+    assert [archive_path("corral", t).exists() for t in ("a", "b", "c", "d")] == [False, True, True, True]
+    assert not archive_path("corral", "a").with_name("corral-a.tar.lock").exists()

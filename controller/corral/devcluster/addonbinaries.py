@@ -60,3 +60,10 @@ def ensure_addon_binaries(progress: Progress = print) -> AddonBinaries:
         local_path_provisioner=ensure_local_path_provisioner(progress),
         kube_router=ensure_kube_router(progress),
     )
+
+
+if __name__ == "__main__":  # pragma: no cover - for scripts/bootstrap: build all three with progress on stderr
+    import sys
+
+    built = ensure_addon_binaries(lambda line: print(line, file=sys.stderr, flush=True))
+    print(built.coredns, built.local_path_provisioner, built.kube_router, sep="\n")

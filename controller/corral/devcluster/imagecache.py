@@ -12,6 +12,10 @@ from corral.devcluster.gobuild import Progress
 from corral.devcluster.imagehash import image_ref
 from corral.devcluster.kubebinary import cache_root
 
+# Per image name: two Corral versions side by side (an upgrade test) and one older build; a Corral archive is
+# about 450 MB, and every change to the sources it copies makes a new one.
+KEEP_ARCHIVES = 3
+
 
 @dataclass(frozen=True)
 class NodeImage:
@@ -30,10 +34,13 @@ def archive_path(name: str, tag: str) -> Path:
     return images_dir() / f"{name}-{tag}.tar"
 
 
-def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], progress: Progress) -> NodeImage:
+def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], progress: Progress,
+                 on_pruned: Callable[[list[NodeImage]], None] | None = None) -> NodeImage:
     """The archive for `name` at content tag `tag`, made (locked per entry) by `build(archive)` if absent.
 
-    `build` writes the archive at that path atomically (a partial file renamed at the end)."""
+    `build` writes the archive at that path atomically (a partial file renamed at the end). After a build,
+    all but the KEEP_ARCHIVES newest archives of `name` are deleted and handed to `on_pruned`.
+    """
     archive = archive_path(name, tag)
     if not archive.is_file():
         archive.parent.mkdir(parents=True, exist_ok=True)
@@ -45,6 +52,9 @@ def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], p
                 build(archive)
                 size_mib = archive.stat().st_size / 2**20
                 progress(f"built image {ref} in {time.monotonic() - started:.0f}s ({size_mib:.0f} MiB, {archive})")
+                pruned = prune_archives(name, KEEP_ARCHIVES)
+                if on_pruned is not None and pruned:
+                    on_pruned(pruned)
     return NodeImage(name=name, ref=ref, archive=archive)
 
 

@@ -19,14 +19,12 @@ from corral import __version__
 from corral.devcluster import images_debian
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.gobuild import Progress
-from corral.devcluster.imagecache import NodeImage, cached_image, prune_archives
+from corral.devcluster.imagecache import NodeImage, cached_image
 from corral.devcluster.imagehash import corral_content_hash, corral_tag, image_ref
 
 DEFAULT_VERSION = __version__  # what `corral --version` says in the image built from these sources
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _PROGRESS_EVERY_S = 15.0
-# Two versions side by side (an upgrade test) and one older build; each archive is about 450 MB.
-KEEP_ARCHIVES = 3
 
 
 def repository() -> Path:
@@ -64,9 +62,7 @@ def corral(progress: Progress = print, version: str = DEFAULT_VERSION, context: 
         _check([buildah, "push", "--quiet", ref, f"docker-archive:{partial}:{ref}"])
         partial.rename(archive)
 
-    image = cached_image("corral", ref, tag, build, progress)
-    _prune_storage(prune_archives("corral", keep=KEEP_ARCHIVES))
-    return image
+    return cached_image("corral", ref, tag, build, progress, on_pruned=_prune_storage)
 
 
 def _prune_storage(removed: list[NodeImage]) -> None:
