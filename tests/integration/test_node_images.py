@@ -82,8 +82,11 @@ def test_every_image_is_named_under_corral_local_and_cached_as_an_archive(images
         assert image.ref.startswith(f"corral.local/{image.name}:"), image.ref
         assert image.archive.is_file(), image.archive
     assert images["corral"].ref.split(":")[1].startswith("0.1.0-")
+    # A warm run is a hash check. Not Corral's: its tag follows the working tree, which may change during a run.
+    others = [name for name in images if name != "corral"]
     started = time.monotonic()
-    assert ensure_images(lambda line: pytest.fail(f"a warm run built something: {line}")) == images
+    again = ensure_images(lambda line: pytest.fail(f"a warm run built something: {line}"), names=others)
+    assert again == {name: images[name] for name in others}
     assert time.monotonic() - started < 10
 
 
