@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fcntl
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +41,8 @@ def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], p
     """The archive for `name` at content tag `tag`, made (locked per entry) by `build(archive)` if absent.
 
     `build` writes the archive at that path atomically (a partial file renamed at the end). After a build,
-    all but the KEEP_ARCHIVES newest archives of `name` are deleted and handed to `on_pruned`.
+    all but the KEEP_ARCHIVES newest archives of `name` are deleted, and their images dropped from buildah's
+    storage (where the Corral build and the tests put them), or handed to `on_pruned` instead.
     """
     archive = archive_path(name, tag)
     if not archive.is_file():
@@ -53,8 +56,8 @@ def cached_image(name: str, ref: str, tag: str, build: Callable[[Path], None], p
                 size_mib = archive.stat().st_size / 2**20
                 progress(f"built image {ref} in {time.monotonic() - started:.0f}s ({size_mib:.0f} MiB, {archive})")
                 pruned = prune_archives(name, KEEP_ARCHIVES)
-                if on_pruned is not None and pruned:
-                    on_pruned(pruned)
+                if pruned:
+                    (on_pruned or forget_in_buildah)(pruned)
     return NodeImage(name=name, ref=ref, archive=archive)
 
 
@@ -68,3 +71,12 @@ def prune_archives(name: str, keep: int) -> list[NodeImage]:
         archive.with_name(archive.name + ".lock").unlink(missing_ok=True)
         removed.append(NodeImage(name=name, ref=image_ref(name, tag), archive=archive))
     return removed
+
+
+def forget_in_buildah(images: list[NodeImage]) -> None:
+    """Drop these images from buildah's storage, where present."""
+    buildah = shutil.which("buildah")
+    if buildah is None:
+        return
+    for image in images:
+        subprocess.run([buildah, "rmi", image.ref], capture_output=True)  # absent already: nothing to do

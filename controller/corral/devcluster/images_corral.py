@@ -62,16 +62,7 @@ def corral(progress: Progress = print, version: str = DEFAULT_VERSION, context: 
         _check([buildah, "push", "--quiet", ref, f"docker-archive:{partial}:{ref}"])
         partial.rename(archive)
 
-    return cached_image("corral", ref, tag, build, progress, on_pruned=_prune_storage)
-
-
-def _prune_storage(removed: list[NodeImage]) -> None:
-    """Drop from buildah's storage the images whose archives were pruned."""
-    buildah = shutil.which("buildah")
-    if buildah is None:
-        return
-    for image in removed:
-        subprocess.run([buildah, "rmi", image.ref], capture_output=True)  # absent already: nothing to do
+    return cached_image("corral", ref, tag, build, progress)
 
 
 def _pip_trust_volumes(directory: Path) -> list[str]:
