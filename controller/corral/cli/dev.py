@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from corral.devcluster import files
+from corral.devcluster.addonbinaries import ensure_kube_router
 from corral.devcluster.errors import DevClusterError
+from corral.devcluster.helmbinary import ensure_helm
 from corral.devcluster.images import ensure_images
 from corral.devcluster.images_corral import DEFAULT_VERSION
 from corral.devcluster.kubebinary import ensure_binary
@@ -92,10 +94,17 @@ def status(state_dir: Path) -> None:
 
 
 @dev.command()
-def build() -> None:
-    """Build (or find in the cache) corral-kube and print its path."""
+@click.option("--node", is_flag=True,
+              help="Also what `corral dev up --node` and the chart on it need: kube-router (CoreDNS and "
+                   "local-path-provisioner come with their images), every image of `corral dev images`, and helm.")
+def build(node: bool) -> None:
+    """Build (or find in the cache) corral-kube and print its path; cold builds show progress and are cached."""
     try:
         binary = ensure_binary(_progress)
+        if node:
+            ensure_kube_router(_progress)
+            ensure_images(_progress)
+            ensure_helm(_progress)
     except DevClusterError as err:
         raise click.ClickException(str(err)) from None
     click.echo(binary.path)
