@@ -23,6 +23,9 @@ def image_ref(name: str, tag: str) -> str:
     return f"{REGISTRY}/{name}:{tag}"
 
 
+PAUSE_REF = image_ref("pause", "3.10")  # the sandbox image's fixed name: containerd's config names it
+
+
 def corral_tag(version: str, content_hash: str) -> str:
     """`<version>-<hash12>`: a person reads the release, the hash tells two builds of it apart."""
     return f"{version}-{content_hash[:TAG_LENGTH]}"

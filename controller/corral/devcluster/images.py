@@ -26,7 +26,7 @@ from corral.devcluster import addonbinaries, images_corral, images_debian
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.gobuild import Progress
 from corral.devcluster.imagecache import NodeImage, cached_image
-from corral.devcluster.imagehash import TAG_LENGTH, HashInputs, image_ref
+from corral.devcluster.imagehash import PAUSE_REF, TAG_LENGTH, HashInputs, image_ref
 from corral.devcluster.imagelayers import (
     CAP_NET_BIND_SERVICE,
     Entry,
@@ -42,7 +42,6 @@ from corral.devcluster.imagelayers import (
 
 CATATONIT = Path("/usr/bin/catatonit")
 BUSYBOX = Path("/bin/busybox")
-PAUSE_REF = image_ref("pause", "3.10")  # the sandbox image's fixed name: containerd's config names it
 NONROOT = 65532  # distroless's nonroot, the user CoreDNS's own image runs as
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from corral.devcluster.imagehash import PAUSE_REF
+
 # k3s' defaults: Pods in 10.42.0.0/16 (this one node takes 10.42.0.0/24), Services in the local plane's
 # --service-cluster-ip-range, the cluster DNS at the tenth Service address.
 CLUSTER_CIDR = "10.42.0.0/16"
@@ -23,7 +25,6 @@ NODE_POD_CIDR = "10.42.0.0/24"
 SERVICE_CIDR = "10.96.0.0/16"
 CLUSTER_DNS = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
-PAUSE_IMAGE = "corral.local/pause:3.10"
 BRIDGE = "cni0"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 RUNC = Path("/usr/sbin/runc")
@@ -113,7 +114,7 @@ class NodeLayout:
         return self.root / "node.json"
 
 
-def containerd_config(layout: NodeLayout, pause_image: str = PAUSE_IMAGE) -> str:
+def containerd_config(layout: NodeLayout, pause_image: str = PAUSE_REF) -> str:
     """containerd 1.6's configuration (version 2) for the node's own containerd, apart from any system one.
 
     restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so runc cannot lower an OOM score; without it every
