@@ -143,7 +143,8 @@ class DevNode:
                                                  str(self.layout.local_path_storage)))
         for deployment in (nodeaddons.COREDNS, nodeaddons.LOCAL_PATH):
             self._wait(state, f"{deployment} available", functools.partial(self._deployment_available, node,
-                                                                           deployment))
+                                                                           deployment),
+                       explain=functools.partial(_deployment_logs, node, deployment))
         self.progress(f"add-ons Ready (CoreDNS at {nodeconfig.CLUSTER_DNS}, StorageClass {nodeaddons.STORAGE_CLASS}, "
                       f"NetworkPolicy by kube-router) {time.monotonic() - started:.1f}s after `up`")
         return node
@@ -283,7 +284,8 @@ class DevNode:
                                   capture_output=True, check=False, timeout=10).returncode == 0
         self._wait(state, "containerd answering", answers, timeout_s=30)
 
-    def _wait(self, state: dict, what: str, done: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:
+    def _wait(self, state: dict, what: str, done: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S,
+              explain: Callable[[], str] | None = None) -> None:
         started = time.monotonic()
         last_said = started
         while not done():
@@ -293,8 +295,9 @@ class DevNode:
                                           f"ends with:\n{_tail(self._log(name))}")
             now = time.monotonic()
             if now - started > timeout_s:
+                detail = explain() if explain else f"the kubelet's log ends with:\n{_tail(self._log(KUBELET))}"
                 raise DevClusterError(f"no {what} after {timeout_s:.0f}s; the components' logs are in "
-                                      f"{self.state_dir / 'logs'} (kubelet's ends with:\n{_tail(self._log(KUBELET))})")
+                                      f"{self.state_dir / 'logs'}; {detail}")
             if now - last_said >= 10:
                 self.progress(f"waiting for {what} ({now - started:.0f}s)")
                 last_said = now
@@ -391,6 +394,18 @@ def _kubectl_json(node: NodePlane, *args: str) -> dict | None:
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
+
+
+def _deployment_logs(node: NodePlane, name: str) -> str:
+    """What a Deployment's container said last, the likeliest reason it is not available."""
+    said = []
+    for previous in ("--previous=true", "--previous=false"):
+        done = subprocess.run(node.kubectl_argv("logs", "-n", nodeaddons.SYSTEM, f"deployment/{name}", previous,
+                                                "--tail=15"), capture_output=True, text=True, check=False, timeout=30)
+        said.append(done.stdout.strip() or done.stderr.strip())
+    pods = subprocess.run(node.kubectl_argv("get", "pods", "-n", nodeaddons.SYSTEM, "-o", "wide"),
+                          capture_output=True, text=True, check=False, timeout=30).stdout
+    return f"its Pods:\n{pods}\nits container's last words (previous run, then this one):\n" + "\n".join(said)
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -81,12 +81,8 @@ def coredns(image: str) -> list[Manifest]:
                      "priorityClassName": "system-cluster-critical",
                      # The host's resolver, as k3s' CoreDNS: `forward . /etc/resolv.conf` then reads the node's.
                      "dnsPolicy": "Default",
-                     # Port 53 as a user: the image's binary has no file capability (a layer made here keeps
-                     # none), and containerd 1.6 gives a non-root process no ambient ones, so NET_BIND_SERVICE
-                     # alone does not let it bind. This namespaced sysctl (safe since Kubernetes 1.22) does.
                      "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
-                                         "seccompProfile": {"type": "RuntimeDefault"},
-                                         "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"}]},
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
                      "containers": [{
                          "name": COREDNS,
                          "image": image,
@@ -96,7 +92,9 @@ def coredns(image: str) -> list[Manifest]:
                                    {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
                                    {"name": "metrics", "containerPort": 9153, "protocol": "TCP"}],
                          "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                             "capabilities": {"drop": ["ALL"]}},
+                                             # Port 53 as 65532: the image's binary carries cap_net_bind_service=+ep (as CoreDNS's own image
+                                             # does); exec needs the capability in the bounding set, which this keeps.
+                                             "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}},
                          "resources": {"requests": {"cpu": "50m", "memory": "30Mi"},
                                        "limits": {"memory": "170Mi"}},
                          "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],

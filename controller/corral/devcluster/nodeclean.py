@@ -221,9 +221,9 @@ def _kubepods_dirs() -> list[Path]:
     found: list[Path] = []
     for hierarchy in CGROUP_ROOT.iterdir() if CGROUP_ROOT.is_dir() else []:
         for top in hierarchy.glob("kubepods*"):
-            if top.is_dir():
-                found.append(top)
-                found.extend(path for path in top.rglob("*") if path.is_dir())
+            # os.walk passes over a cgroup that goes while it looks (the kubelet or a dying Pod removes them).
+            for directory, _, _ in os.walk(top):
+                found.append(Path(directory))
     return found
 
 
