@@ -6,12 +6,14 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from corral.client.pki import new_ca
-from corral.devcluster import nodeaddons, nodeclean, nodeconfig, nodepki
+from corral.devcluster import nodeaddons, nodeclean, nodeconfig, nodehost, nodepki
+from corral.devcluster.errors import DevClusterError
 
 LAYOUT = nodeconfig.NodeLayout(Path("/state/node"))
 
@@ -148,3 +150,11 @@ def test_mounts_under_the_node_are_unmounted_deepest_first() -> None:
     )
     assert nodeclean.mounts_under(mountinfo, [Path("/state/node/kubelet")]) == [
         "/state/node/kubelet/pods/u/volumes/kubernetes.io~projected/kube api", "/state/node/kubelet"]
+
+
+def test_a_node_asked_for_without_root_is_refused_saying_why_and_what_works_instead(monkeypatch) -> None:
+    monkeypatch.setattr(nodehost.os, "geteuid", lambda: 1000)
+    with pytest.raises(DevClusterError) as refused:
+        nodehost.require_root()
+    assert "needs root" in str(refused.value) and "uid 1000" in str(refused.value)
+    assert "`corral dev up` without --node" in str(refused.value)
