@@ -7,11 +7,13 @@ import json
 import logging
 import os
 import signal
+import socket
 from datetime import timedelta
 
 import click
 import kopf
 import kubernetes
+from kopf._core.engines.peering import Identity  # kopf exports no public name for it: a NewType of str
 
 from corral.api.codes import PEOPLE_NAMESPACE
 from corral.audit.signer import MAX_TOTAL_BYTES, Retention
@@ -406,6 +408,9 @@ async def _operate(config: ControllerConfig, intent_settings: IntentSettings, he
         clusterwide=not namespaces,
         namespaces=namespaces,
         standalone=True,
+        # kopf would name itself by the passwd entry of its uid, which the image's USER 10001 lacks (getpass raises
+        # KeyError and the controller Pod crash-loops); standalone, the identity only names this process in logs.
+        identity=Identity(f"uid{os.getuid()}@{socket.gethostname()}"),
         liveness_endpoint=f"http://{_url_host(host)}:{health_port}/healthz" if health_port else None,
     )
 
