@@ -244,7 +244,10 @@ class NodeDemo:
         admission policies): marked as the release's, which helm then takes over; another release's are refused."""
         rendered = _run([str(helm), "template", RELEASE, str(chart), "-n", NAMESPACE, "--kube-version",
                          node.plane.version, *chart_values(chart, node.node_ip, images)], env, "helm template")
-        documents = [d for d in yaml.safe_load_all(rendered) if d]
+        # Not Corral's own kinds (the chart's AuditCheckpoint): their CRDs may not exist yet, and nothing but a
+        # release makes them in the release namespace.
+        documents = [d for d in yaml.safe_load_all(rendered)
+                     if d and not str(d.get("apiVersion", "")).startswith("corral.dev/")]
         found = _run(node.kubectl_argv("get", "-n", NAMESPACE, "--ignore-not-found", "-o", "json", "-f", "-"),
                      env, "kubectl get (the chart's objects)", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                                   "items": documents}))
