@@ -24,6 +24,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ class DevNode:
         self.layout = self.plane.node_layout
         self.progress = progress
         self._started: set[str] = set()  # components this `up` started or reused: the ones a wait watches
+        self._reused: set[str] = set()
         self.claimed = False  # whether this `up` made its node the machine's one (a refused `up` changed nothing)
 
     # Up ----------------------------------------------------------------------------------
@@ -132,9 +134,11 @@ class DevNode:
                          ctr=ctr, images={key: image.ref for key, image in built.items()},
                          storage_dir=self.layout.local_path_storage,
                          policy_enforcer=f"kube-router {addonbinaries.KUBE_ROUTER.version} (its policy controller)")
-        self._wait(state, f"node {name} Ready", lambda: self._node_ready(node))
-        self.progress(f"node {name} ({address}) Ready {time.monotonic() - kubelet_started:.1f}s after the kubelet "
-                      f"started, {time.monotonic() - started:.1f}s after `up`")
+        kubelet_since = float(state["components"][KUBELET].get("started_at", 0))
+        self._wait(state, f"node {name} Ready", lambda: self._node_ready(node, kubelet_since))
+        kubelet_said = "the kubelet was running already" if KUBELET in self._reused else \
+            f"{time.monotonic() - kubelet_started:.1f}s after the kubelet started"
+        self.progress(f"node {name} ({address}) Ready {kubelet_said}, {time.monotonic() - started:.1f}s after `up`")
         # kube-router finds its node by name when it starts, so it comes once the kubelet has registered it.
         self._ensure(state, KUBE_ROUTER, nodeconfig.kube_router_argv(
             kube_router, name, self.layout.kubeconfig("kube-router")), [kubeconfigs / "kube-router.kubeconfig"])
@@ -251,6 +255,8 @@ class DevNode:
         nodeclean.unmount_under([self.layout.kubelet_root, self.layout.containerd_root, self.layout.containerd_state,
                                  Path("/var/lib/kubelet"), Path("/run/containerd")], progress)
         nodeclean.remove_network(progress)
+        # The containers went without CNI DEL: their address leases would pile up over restarts of a kept plane.
+        shutil.rmtree(self.layout.cni_ipam_dir, ignore_errors=True)
         nodeclean.remove_kubepods_cgroups(progress)
         nodeclean.remove_machine_files(self.layout, list(machine.get("made", [])), progress)
         nodeclean.restore_sysctls(dict(machine.get("sysctls", {})), progress)
@@ -270,11 +276,12 @@ class DevNode:
         if record is not None and is_ours(record):
             if entry.get("config") == config:
                 self.progress(f"{name}: already running (pid {record.pid}), reusing it")
+                self._reused.add(name)
                 return
             self.progress(f"{name}: running (pid {record.pid}) with another configuration; restarting it")
             stop(record, grace_s=10)
         record = start_detached(argv, self._log(name))
-        entry.update(process=record.to_json(), config=config)
+        entry.update(process=record.to_json(), config=config, started_at=time.time())
         self._save(state)  # recorded at once: whatever happens next, `down` finds it
         self.progress(f"{name}: started (pid {record.pid}, log {self._log(name)})")
 
@@ -303,15 +310,30 @@ class DevNode:
                 last_said = now
             time.sleep(0.25)
 
-    def _node_ready(self, node: NodePlane) -> bool:
+    # A plane kept over `down` keeps the Node's and the Pods' last statuses, Ready included, while their
+    # containers are gone: readiness counts only when this kubelet said it, of containers that run now.
+
+    def _node_ready(self, node: NodePlane, kubelet_since: float) -> bool:
         found = _kubectl_json(node, "get", "node", node.node_name)
         conditions = (found or {}).get("status", {}).get("conditions", [])
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        return any(c.get("type") == "Ready" and c.get("status") == "True"
+                   and _epoch(c.get("lastHeartbeatTime")) >= int(kubelet_since) for c in conditions)
 
     def _deployment_available(self, node: NodePlane, name: str) -> bool:
         found = _kubectl_json(node, "get", "deployment", name, "-n", nodeaddons.SYSTEM)
         status = (found or {}).get("status", {})
-        return bool(status.get("availableReplicas")) and status.get("updatedReplicas") == status.get("replicas")
+        if not (status.get("availableReplicas") and status.get("updatedReplicas") == status.get("replicas")):
+            return False
+        selector = ",".join(f"{k}={v}" for k, v in (found or {}).get("spec", {}).get("selector", {})
+                            .get("matchLabels", {}).items())
+        pods = (_kubectl_json(node, "get", "pods", "-n", nodeaddons.SYSTEM, "-l", selector) or {}).get("items", [])
+        listed = subprocess.run(node.ctr_argv("tasks", "ls"), capture_output=True, text=True, check=False, timeout=30)
+        running = {line.split()[0] for line in listed.stdout.splitlines()[1:] if line.split()[-1:] == ["RUNNING"]}
+        return any(
+            any(c.get("type") == "Ready" and c.get("status") == "True" for c in pod.get("status", {}).get("conditions", []))
+            and all(s.get("containerID", "").removeprefix("containerd://") in running
+                    for s in pod.get("status", {}).get("containerStatuses", [{}]))
+            for pod in pods)
 
     def _apply(self, plane: Plane, manifests: list[dict[str, Any]]) -> None:
         document = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
@@ -394,6 +416,16 @@ def _kubectl_json(node: NodePlane, *args: str) -> dict | None:
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
+
+
+def _epoch(timestamp: object) -> int:
+    """Seconds since the epoch of an API timestamp (RFC 3339, UTC, whole seconds); 0 when there is none."""
+    if not isinstance(timestamp, str):
+        return 0
+    try:
+        return int(datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return 0
 
 
 def _deployment_logs(node: NodePlane, name: str) -> str:
