@@ -154,7 +154,7 @@ ready (Ctrl-C stops what the demo started)
 def _node_instructions(ready: NodeReady) -> str:
     ns = ready.namespace
     corral = _corral_command()
-    after = "and the node the demo started" if ready.own_node else "; the node was running before and stays up"
+    after = " and the node the demo started" if ready.own_node else "; the node was running before and stays up"
     return f"""
 Corral is running on the node {ready.node_name} ({ready.node_ip}) as a k3s user installs it: helm release corral of
 charts/corral with values-k3s.yaml in namespace {ns}, the images built here; {ready.devices} simulated devices on this
@@ -168,7 +168,7 @@ machine connected through the node's broker port.
   broker       {ready.mqtt_url}   (CA {ready.broker_ca})
   helm         {ready.helm} status corral -n {ns}   (KUBECONFIG={ready.kubeconfig})
 
-ready (Ctrl-C stops the simulated home {after})
+ready (Ctrl-C stops the simulated home{after})
 """
 
 

@@ -185,7 +185,7 @@ class NodeDemo:
         person_token = self._person(env)
         demosteps.wait_online(admin, NAMESPACE, len(devices), self.progress, self.check_children, timeout_s=180)
         return NodeReady(node.kubeconfig, node.node_name, node.node_ip, NAMESPACE, len(devices), agent_token, PERSON,
-                         person_token, broker_ca, helm, self._node is None)
+                         person_token, broker_ca, helm, own_node=self._node is not None)
 
     def _node_up(self) -> NodePlane:
         node = DevNode(self.state_dir, self.progress)
