@@ -248,10 +248,15 @@ class NodeDemo:
         # release makes them in the release namespace.
         documents = [d for d in yaml.safe_load_all(rendered)
                      if d and not str(d.get("apiVersion", "")).startswith("corral.dev/")]
-        found = _run(node.kubectl_argv("get", "-n", NAMESPACE, "--ignore-not-found", "-o", "json", "-f", "-"),
-                     env, "kubectl get (the chart's objects)", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                                  "items": documents}))
-        existing = json.loads(found)["items"] if found.strip() else []
+        existing: list[dict[str, Any]] = []
+        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for document in documents:  # kubectl takes one namespace a call (the chart writes some into kube-system)
+            by_namespace.setdefault(document.get("metadata", {}).get("namespace") or NAMESPACE, []).append(document)
+        for namespace, group in by_namespace.items():
+            found = _run(node.kubectl_argv("get", "-n", namespace, "--ignore-not-found", "-o", "json", "-f", "-"),
+                         env, "kubectl get (the chart's objects)",
+                         stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": group}))
+            existing += json.loads(found)["items"] if found.strip() else []
         adopt, conflicts = foreign_objects(existing)
         if conflicts:
             raise DevClusterError(f"objects of the chart on this plane belong to another helm release: "
