@@ -51,6 +51,7 @@ NAMESPACE = RELEASE = "corral"  # the README's
 MQTTS_PORT, GATEWAY_PORT, CONSOLE_PORT = 30883, 30800, 30880  # values-k3s.yaml's node ports
 CORRAL_COMPONENTS = ("controller", "gateway", "console")
 CHROMIUM = "/usr/bin/chromium"
+UPGRADE_VERSION = "0.2.0"  # the image helm upgrade goes to: scripts/test builds it before the tests, as a cold build
 
 
 @dataclass
@@ -484,7 +485,7 @@ def test_a_killed_controller_process_is_restarted_by_the_kubelet_in_the_same_pod
 
 def test_helm_upgrade_to_a_new_image_rolls_the_workloads_and_the_audit_chain_continues(k3s: Install) -> None:
     first_seq, last_before = audit_range(k3s)
-    newer = ensure_images(k3s.say, names=["corral"], corral_version="0.1.1")["corral"]
+    newer = ensure_images(k3s.say, names=["corral"], corral_version=UPGRADE_VERSION)["corral"]
     import_images(str(k3s.node.ctr), k3s.node.containerd_socket, [newer], k3s.say)
     assert newer.ref != k3s.images["corral"].ref
     tag = newer.ref.rsplit(":", 1)[1]
