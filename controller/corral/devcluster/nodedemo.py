@@ -93,16 +93,20 @@ def image_values(images: Mapping[str, str]) -> list[str]:
     return values
 
 
-def chart_values(chart: Path, node_ip: str, images: Mapping[str, str]) -> list[str]:
-    """The options choosing the values: the k3s file, the node's address and the images, as the README gives them."""
+def chart_values(chart: Path, node_ip: str, images: Mapping[str, str], only_own_namespace: bool = False) -> list[str]:
+    """The options choosing the values: the k3s file, the node's address and the images, as the README gives them;
+    `only_own_namespace` also keeps the controller to the release namespace (see `NodeDemo._others_devices`)."""
     sets = [f"nodeAddress={node_ip}", *image_values(images)]
+    if only_own_namespace:
+        sets.append(f"controller.watchNamespaces={{{NAMESPACE}}}")
     return ["-f", str(chart / "values-k3s.yaml"), *(arg for value in sets for arg in ("--set", value))]
 
 
-def helm_install_args(chart: Path, node_ip: str, images: Mapping[str, str]) -> list[str]:
+def helm_install_args(chart: Path, node_ip: str, images: Mapping[str, str],
+                      only_own_namespace: bool = False) -> list[str]:
     """`helm install` of the chart README, as `upgrade --install`: a second run of the demo upgrades the release its
     first run left in the plane's etcd instead of failing on the name."""
-    return ["upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE, *chart_values(chart, node_ip, images),
+    return ["upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE, *chart_values(chart, node_ip, images, only_own_namespace),
             "--wait", "--timeout", HELM_TIMEOUT]
 
 
@@ -218,8 +222,12 @@ class NodeDemo:
     def _install(self, node: NodePlane, helm: Path, images: Mapping[str, str]) -> None:
         chart = chart_dir()
         env = {**child_environment(os.environ, KUBECONFIG=str(node.kubeconfig)), **helm_environment(helm)}
-        self._take_over(node, helm, chart, env, images)
-        args = helm_install_args(chart, node.node_ip, images)
+        others = self._others_devices(node)
+        if others:
+            self.progress(f"Devices of earlier demos on this plane ({others}) share the simulated home's device ids: "
+                          f"the chart's controller is kept to namespace {NAMESPACE} (controller.watchNamespaces)")
+        self._take_over(node, helm, chart, env, images, bool(others))
+        args = helm_install_args(chart, node.node_ip, images, bool(others))
         self.progress(f"helm {' '.join(args)}")
         log = self.state_dir / "demo-logs" / "helm.log"
         started = time.monotonic()
@@ -238,12 +246,27 @@ class NodeDemo:
                                   f"{log.read_text(errors='replace')[-3000:]}")
         self.progress(f"helm install: every workload Ready in {time.monotonic() - started:.0f}s ({self._pods(node)})")
 
+    def _others_devices(self, node: NodePlane) -> str:
+        """Namespaces other than the release's holding Devices (`corral demo`'s `home` on the same plane), with how
+        many: a controller watching them all would see two enrollments of each device id and honour neither."""
+        done = subprocess.run(node.kubectl_argv("get", "devices.corral.dev", "-A", "-o", "json"), capture_output=True,
+                              text=True, check=False, timeout=30)
+        if done.returncode != 0:  # no CRD yet: a new plane
+            return ""
+        counts: dict[str, int] = {}
+        for item in json.loads(done.stdout).get("items", []):
+            namespace = item["metadata"]["namespace"]
+            if namespace != NAMESPACE:
+                counts[namespace] = counts.get(namespace, 0) + 1
+        return ", ".join(f"{count} in {namespace}" for namespace, count in sorted(counts.items()))
+
     def _take_over(self, node: NodePlane, helm: Path, chart: Path, env: dict[str, str],
-                   images: Mapping[str, str]) -> None:
+                   images: Mapping[str, str], only_own_namespace: bool) -> None:
         """Objects of the chart already on this plane but made without helm (`corral demo` applies the same roles and
         admission policies): marked as the release's, which helm then takes over; another release's are refused."""
         rendered = _run([str(helm), "template", RELEASE, str(chart), "-n", NAMESPACE, "--kube-version",
-                         node.plane.version, *chart_values(chart, node.node_ip, images)], env, "helm template")
+                         node.plane.version, *chart_values(chart, node.node_ip, images, only_own_namespace)], env,
+                        "helm template")
         # Not Corral's own kinds (the chart's AuditCheckpoint): their CRDs may not exist yet, and nothing but a
         # release makes them in the release namespace.
         documents = [d for d in yaml.safe_load_all(rendered)
