@@ -35,6 +35,7 @@ from playwright.sync_api import expect, sync_playwright
 from corral.client.signing import firmware_contracts
 from corral.devcluster.images import NodeImage, ensure_images, import_images
 from corral.devcluster.node import NodePlane
+from corral.devcluster.nodedemo import image_values
 from corral.devcluster.processes import free_port
 from corral.devices.credentials import read_credentials
 from corral_sim.fleet import Broker, DeviceSpec, Fleet, FleetOptions
@@ -104,16 +105,6 @@ def _ready(pod: dict[str, Any]) -> bool:
         c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _image_sets(images: dict[str, NodeImage]) -> list[str]:
-    """The README's --set lines for images built here: repository, tag and a pull policy that never pulls."""
-    sets = []
-    for value_prefix, name in (("image", "corral"), ("mosquitto.image", "mosquitto")):
-        repository, tag = images[name].ref.rsplit(":", 1)
-        sets += [f"{value_prefix}.repository={repository}", f"{value_prefix}.tag={tag}",
-                 f"{value_prefix}.pullPolicy=Never"]
-    return sets
-
-
 def _say(request: pytest.FixtureRequest) -> Any:
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -135,7 +126,7 @@ def k3s(node_plane: NodePlane, request: pytest.FixtureRequest,
     (work / "charts").symlink_to(REPO / "charts")  # the README runs from a checkout: charts/corral
     env = {**os.environ, "KUBECONFIG": str(node.kubeconfig),
            "PATH": os.pathsep.join([str(CORRAL_BIN), str(node.kubectl.parent), str(helm.parent), os.environ["PATH"]])}
-    helm_sets = _image_sets(images)
+    helm_sets = image_values({name: image.ref for name, image in images.items()})
     script = "set -euo pipefail\n" + "\n".join(k3s_install_commands(node.node_ip, helm_sets)) + "\n"
     (work / "install.sh").write_text(script)
     log = (work / "install.log").open("wb")
