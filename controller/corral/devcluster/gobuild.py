@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import platformdirs
+
 from corral.devcluster.errors import DevClusterError
-from corral.devcluster.kubebinary import cache_root
 
 Progress = Callable[[str], None]
 
@@ -43,6 +44,11 @@ class GoProgram:
     @property
     def spec(self) -> str:
         return f"{self.package}@{self.version}"
+
+
+def cache_root() -> Path:
+    """Where every cold build of Corral's tools is kept: `CORRAL_CACHE_DIR`, else the user cache directory."""
+    return Path(os.environ.get("CORRAL_CACHE_DIR") or platformdirs.user_cache_dir("corral"))
 
 
 def cached_binary(program: GoProgram) -> Path:
@@ -77,7 +83,7 @@ def _install(program: GoProgram, binary: Path, progress: Progress) -> None:
         env = {**os.environ, "GOBIN": gobin, "CGO_ENABLED": "0", **program.env}
         command = [go, "install", "-v", "-trimpath", "-ldflags", program.ldflags, program.spec]
         started = time.monotonic()
-        code, compiled, errors = _run_counting_packages(command, env, program.name, started, progress)
+        code, compiled, errors = run_go_with_progress(command, env, program.name, progress)
         built = Path(gobin) / program.binary
         if code != 0 or not built.is_file():
             detail = "\n".join(errors[-30:]) or "(no output)"
@@ -87,10 +93,13 @@ def _install(program: GoProgram, binary: Path, progress: Progress) -> None:
     progress(f"built {binary} in {time.monotonic() - started:.0f}s ({compiled} packages, {size_mib:.0f} MiB)")
 
 
-def _run_counting_packages(
-    command: list[str], env: dict[str, str], name: str, started: float, progress: Progress
-) -> tuple[int, int, list[str]]:
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def run_go_with_progress(command: list[str], env: Mapping[str, str], name: str, progress: Progress,
+                         cwd: Path | None = None, total: int | None = None) -> tuple[int, int, list[str]]:
+    """Run `go build -v` or `go install -v`, reporting every few seconds how far it is; (exit code, packages
+    compiled, diagnostics). `total`, when known (`go list -deps`), is shown beside the packages compiled."""
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     assert proc.stderr is not None
     compiled = downloaded = 0
     errors: list[str] = []
@@ -101,14 +110,16 @@ def _run_counting_packages(
         while not done.wait(_PROGRESS_EVERY_S):
             elapsed = int(time.monotonic() - started)
             modules = f"{downloaded} modules downloaded, " if downloaded else ""
-            progress(f"  ... {name}: {modules}{compiled} packages compiled, {elapsed // 60}m{elapsed % 60:02d}s")
+            of_total = f"/{total}" if total else ""
+            progress(f"  ... {name}: {modules}{compiled}{of_total} packages compiled, "
+                     f"{elapsed // 60}m{elapsed % 60:02d}s")
 
     threading.Thread(target=report, daemon=True).start()
     try:
         for line in proc.stderr:
             line = line.rstrip()
-            # `go install -v` prints one import path per package it compiles; anything else but a download is a
-            # diagnostic worth keeping for the error message.
+            # `-v` prints one import path per package compiled; anything else but a download is a diagnostic
+            # worth keeping for the error message.
             if re.fullmatch(r"[\w.\-~/]+", line):
                 compiled += 1
             elif line.startswith("go: downloading "):

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.devcluster.gobuild import Progress
+from corral.devcluster.gobuild import Progress, cache_root
 from corral.devcluster.imagehash import image_ref
-from corral.devcluster.kubebinary import cache_root
 
 # Per image name: two Corral versions side by side (an upgrade test) and one older build; a Corral archive is
 # about 450 MB, and every change to the sources it copies makes a new one.

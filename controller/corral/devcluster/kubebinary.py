@@ -17,20 +17,17 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from corral.devcluster.errors import DevClusterError
+from corral.devcluster.gobuild import cache_root, run_go_with_progress
 
 Progress = Callable[[str], None]
 
 BINARY_NAME = "corral-kube"
-_PROGRESS_EVERY_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -72,10 +69,6 @@ def source_hash(src: Path) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("CORRAL_CACHE_DIR") or platformdirs.user_cache_dir("corral"))
 
 
 def expected_binary() -> Path:
@@ -157,32 +150,7 @@ def _build(src: Path, version: str, binary: Path, progress: Progress) -> None:
     partial = binary.with_name(binary.name + ".partial")
     command = [go, "build", "-v", "-trimpath", "-ldflags", _ldflags(version), "-o", str(partial), "."]
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=src, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    compiled = 0
-    errors: list[str] = []
-    build_done = threading.Event()
-
-    def report_every_few_seconds() -> None:
-        # Linking prints nothing for a minute or more, so progress runs on a clock.
-        while not build_done.wait(_PROGRESS_EVERY_S):
-            elapsed = int(time.monotonic() - started)
-            of_total = f"/{total}" if total else ""
-            progress(f"  ... {compiled}{of_total} packages compiled, {elapsed // 60}m{elapsed % 60:02d}s")
-
-    threading.Thread(target=report_every_few_seconds, daemon=True).start()
-    try:
-        for line in proc.stderr:
-            line = line.rstrip()
-            # `go build -v` prints one import path per package it compiles; anything
-            # else on stderr is a diagnostic worth keeping for the error message.
-            if re.fullmatch(r"[\w.\-~/]+", line):
-                compiled += 1
-            elif line:
-                errors.append(line)
-        returncode = proc.wait()
-    finally:
-        build_done.set()
+    returncode, _compiled, errors = run_go_with_progress(command, env, BINARY_NAME, progress, cwd=src, total=total)
     if returncode != 0:
         partial.unlink(missing_ok=True)
         detail = "\n".join(errors[-30:]) or "(no output)"
