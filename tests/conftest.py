@@ -41,6 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The tests on the real node run last, together: the node (kubelet, containerd, the chart's Pods) then lives
+    # only for them instead of loading two cores under the rest of the suite. The sort is stable: file order holds.
+    items.sort(key=lambda item: "node_plane" in getattr(item, "fixturenames", ()))
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="long campaign: run with --slow")
