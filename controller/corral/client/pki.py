@@ -23,9 +23,9 @@ class KeyPair:
     cert_pem: bytes
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Corral"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organization: str | None = "Corral") -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
+    return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -51,8 +51,9 @@ def new_ca(common_name: str, days: int = 3650) -> KeyPair:
 
 
 def issue(ca: KeyPair, common_name: str, *, server_names: tuple[str, ...] = (), client: bool = False,
-          days: int = 825) -> KeyPair:
-    """A certificate signed by `ca`: for a server (its DNS names and IP addresses) or a client (CN = identity)."""
+          days: int = 825, organization: str | None = "Corral") -> KeyPair:
+    """A certificate signed by `ca`: for a server (its DNS names and IP addresses) or a client (CN = identity;
+    to Kubernetes, O is the client's group, e.g. system:nodes, and None leaves it out)."""
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
@@ -60,7 +61,7 @@ def issue(ca: KeyPair, common_name: str, *, server_names: tuple[str, ...] = (), 
     now = datetime.now(UTC)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name)).issuer_name(ca_cert.subject)
+        .subject_name(_name(common_name, organization)).issuer_name(ca_cert.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)

@@ -13,17 +13,10 @@ system:kube-controller-manager. The API server's kubelet client is bound to syst
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-from corral.client.pki import KeyPair, new_ca
+from corral.client.pki import KeyPair, issue, new_ca
 from corral.privatefile import read_private, write_private
 
 APISERVER_KUBELET_CLIENT = "corral:kube-apiserver-kubelet-client"
@@ -77,36 +70,5 @@ def write_pair(pair: KeyPair, cert_file: Path, key_file: Path) -> None:
 
 
 def _issue(ca: KeyPair, identity: Identity, *, client: bool, server_names: tuple[str, ...], days: int) -> KeyPair:
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # both CAs are ECDSA P-256 (tools/kube/pki.go, new_ca)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    attributes = []
-    if identity.organization:
-        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, identity.organization))
-    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, identity.common_name))
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name(attributes)).issuer_name(ca_cert.subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client
-                                              else ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-    )
-    if server_names:
-        alternatives: list[x509.GeneralName] = []
-        for name in server_names:
-            try:
-                alternatives.append(x509.IPAddress(ipaddress.ip_address(name)))
-            except ValueError:
-                alternatives.append(x509.DNSName(name))
-        builder = builder.add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return KeyPair(key_pem, cert.public_bytes(serialization.Encoding.PEM))
+    return issue(ca, identity.common_name, client=client, server_names=server_names, days=days,
+                 organization=identity.organization or None)
