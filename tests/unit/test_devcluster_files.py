@@ -107,7 +107,7 @@ def test_chart_readme_shows_the_same_audit_policy_as_the_local_plane_runs() -> N
 
 def test_local_plane_runs_kube_apiserver_with_the_audit_policy(tmp_path: Path) -> None:
     plane = DevPlane(tmp_path)
-    argv = plane._apiserver_argv(Path("/bin/corral-kube"), 6443)
+    argv = plane._apiserver_argv(Path("/bin/corral-kube"), 6443, node_flags=[])  # a plane without a node
     flags = argv[argv.index("--") + 1:]
     assert f"--audit-policy-file={tmp_path / 'kube-audit-policy.yaml'}" in flags
     assert f"--audit-log-path={tmp_path / 'kube-audit.log'}" in flags

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import json
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from corral.devcluster import addonbinaries, images, nodeaddons, nodeclean, node
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.kubebinary import ensure_binary
 from corral.devcluster.plane import ComponentStatus, DevPlane, Plane
-from corral.devcluster.processes import ProcessRecord, is_ours, start_detached, stop
+from corral.devcluster.processes import ProcessRecord, config_hash, is_ours, start_detached, stop
 from corral.privatefile import write_private
 
 Progress = Callable[[str], None]
@@ -270,8 +269,8 @@ class DevNode:
     def _ensure(self, state: dict, name: str, argv: list[str], files_read: list[Path]) -> None:
         components = state.setdefault("components", {})
         entry = components.setdefault(name, {})
-        config = _config_hash(argv, files_read)
-        record = _record(entry)
+        config = config_hash(argv, files_read)
+        record = ProcessRecord.of_entry(entry)
         self._started.add(name)
         if record is not None and is_ours(record):
             if entry.get("config") == config:
@@ -347,7 +346,7 @@ class DevNode:
         state = self._load() if state is None else state
         found = {}
         for name, entry in state.get("components", {}).items():
-            record = _record(entry)
+            record = ProcessRecord.of_entry(entry)
             if record is not None:
                 found[name] = record
         return found
@@ -376,23 +375,6 @@ def _system_binary(name: str) -> Path:
         raise DevClusterError(f"{name} was not found; a node needs containerd (and its client ctr): "
                               "apt-get install containerd")
     return Path(found)
-
-
-def _record(entry: dict) -> ProcessRecord | None:
-    raw = entry.get("process")
-    if raw is None:
-        return None
-    try:
-        return ProcessRecord.from_json(raw)
-    except ValueError:
-        return None
-
-
-def _config_hash(argv: list[str], files_read: list[Path]) -> str:
-    digest = hashlib.sha256(json.dumps(argv).encode())
-    for path in files_read:
-        digest.update(path.read_bytes() if path.exists() else b"(missing)")
-    return digest.hexdigest()
 
 
 def _same_ca_and_user(kubeconfig: Path, ca_pem: bytes, user: str, server: str) -> bool:

@@ -19,7 +19,6 @@ that is part of its configuration. A plane without a node is exactly what it alw
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -40,6 +39,7 @@ from corral.devcluster.kubebinary import KubeBinary, ensure_binary, expected_bin
 from corral.devcluster.processes import (
     ProcessRecord,
     accepts_connections,
+    config_hash,
     free_port,
     is_ours,
     port_is_free,
@@ -248,7 +248,7 @@ class DevPlane:
 
     def _apiserver_config(self, binary: Path, node_flags: list[str]) -> str:
         # The policy's text, not the file on disk: a changed policy in this checkout makes a running plane stale.
-        return _config_hash([*self._apiserver_argv(binary, _PORT, node_flags), files.kube_audit_policy()], [])
+        return config_hash([*self._apiserver_argv(binary, _PORT, node_flags), files.kube_audit_policy()], [])
 
     def _node_flags(self, state: dict) -> list[str]:
         if not state.get("node"):
@@ -273,7 +273,7 @@ class DevPlane:
                                     files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file),
                                     broker.debug_log(self._broker_dir))
         # The controller's role too: a broker started with a wider one is restarted with this one.
-        return _config_hash([mosquitto, conf, json.dumps(files.controller_acls())], [tls.ca_file, tls.cert_file])
+        return config_hash([mosquitto, conf, json.dumps(files.controller_acls())], [tls.ca_file, tls.cert_file])
 
     def _write_password_files(self, state: dict) -> None:
         """The broker accounts' passwords as files (mode 0600) for `--mqtt-password-file`, again on every use:
@@ -448,13 +448,7 @@ class DevPlane:
         return f"{version}, /readyz {ready}"
 
     def _record(self, state: dict, name: str) -> ProcessRecord | None:
-        raw = state.get(name, {}).get("process")
-        if raw is None:
-            return None
-        try:
-            return ProcessRecord.from_json(raw)
-        except ValueError:
-            return None
+        return ProcessRecord.of_entry(state.get(name, {}))
 
     def _tail(self, component: str, lines: int = 25) -> str:
         try:
@@ -485,14 +479,6 @@ def find_mosquitto() -> str:
             "or point CORRAL_MOSQUITTO at its binary"
         )
     return candidate
-
-
-def _config_hash(argv: list[str], files_read: list[Path]) -> str:
-    """A hash of a command line and the contents of the files it reads (certificates, once there are any)."""
-    digest = hashlib.sha256(json.dumps(argv).encode())
-    for path in files_read:
-        digest.update(path.read_bytes() if path.exists() else b"(missing)")
-    return digest.hexdigest()
 
 
 def _get(server: str, ca_file: Path, token: str, path: str) -> str | None:

@@ -9,6 +9,8 @@ that. A record counts as ours only while /proc shows the same command line.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import signal
@@ -34,6 +36,26 @@ class ProcessRecord:
         if not isinstance(pid, int) or not isinstance(argv, list):
             raise ValueError(f"not a process record: {data!r}")
         return cls(pid=pid, argv=[str(a) for a in argv])
+
+    @classmethod
+    def of_entry(cls, entry: Mapping[str, object]) -> ProcessRecord | None:
+        """The record kept in a component's state entry (`{"process": {...}, ...}`), or None when there is none."""
+        raw = entry.get("process")
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return cls.from_json(raw)
+        except ValueError:
+            return None
+
+
+def config_hash(argv: list[str], files_read: list[Path]) -> str:
+    """A hash of a command line and the contents of the files it reads (certificates, once there are any): a
+    running component started with another one is stale."""
+    digest = hashlib.sha256(json.dumps(argv).encode())
+    for path in files_read:
+        digest.update(path.read_bytes() if path.exists() else b"(missing)")
+    return digest.hexdigest()
 
 
 # What a process the plane or the demo starts may inherit from whoever started it: where programs, the home
