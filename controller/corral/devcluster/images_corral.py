@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 from corral import __version__
 from corral.devcluster import images_debian
+from corral.devcluster.buildstep import run_reporting
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.gobuild import Progress
 from corral.devcluster.imagecache import NodeImage, cached_image
@@ -24,7 +23,6 @@ from corral.devcluster.imagehash import corral_content_hash, corral_tag, image_r
 
 DEFAULT_VERSION = __version__  # what `corral --version` says in the image built from these sources
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-_PROGRESS_EVERY_S = 15.0
 
 
 def repository() -> Path:
@@ -99,24 +97,11 @@ def _check(command: list[str]) -> None:
 
 
 def _run_with_progress(command: list[str], progress: Progress) -> None:
-    started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines: list[str] = []
-    done = threading.Event()
-
-    def report() -> None:
-        while not done.wait(_PROGRESS_EVERY_S):
-            step = next((line for line in reversed(lines) if "STEP " in line), "starting")
-            progress(f"  ... corral image: {step[:100]} ({time.monotonic() - started:.0f}s)")
-
-    threading.Thread(target=report, daemon=True).start()
-    try:
-        for line in proc.stdout:
-            lines.append(line.rstrip())
-        code = proc.wait()
-    finally:
-        done.set()
+    code, lines = run_reporting(command, "corral image", progress, _latest_step)
     if code != 0:
         detail = "\n".join(lines[-40:])
         raise DevClusterError(f"buildah bud of the Corral image failed (exit {code}):\n{detail}")
+
+
+def _latest_step(lines: list[str]) -> str:
+    return next((line for line in reversed(lines) if "STEP " in line), "starting")[:100]

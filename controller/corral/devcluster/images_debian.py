@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sysconfig
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.devcluster.buildstep import run_reporting
 from corral.devcluster.errors import DevClusterError
 from corral.devcluster.gobuild import Progress
 from corral.devcluster.imagecache import NodeImage, cached_image
@@ -36,7 +34,6 @@ from corral.devcluster.imagelayers import (
 SUITE = "bookworm"  # Python 3.11, the Dockerfile's python:3.11-slim-bookworm
 SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 MOSQUITTO_UID = 1883  # eclipse-mosquitto's user and group; the chart's pod securityContext runs as it
-_PROGRESS_EVERY_S = 15.0
 
 # As the slim images do: no manuals, docs (but their copyright) or translations.
 _SLIM = (
@@ -177,28 +174,8 @@ def _mmdebstrap(recipe: DebianRecipe, sources: Path, output: Path, progress: Pro
         raise DevClusterError("making the node's Debian images needs root (mmdebstrap's root mode: the broker's "
                               "files change owner); run as root")
     command = [tool, *recipe.mmdebstrap_args(sources, output)]
-    started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines: list[str] = []
-    done = threading.Event()
-
-    def report() -> None:
-        while not done.wait(_PROGRESS_EVERY_S):
-            step = lines[-1] if lines else "starting"
-            progress(f"  ... {recipe.name}: {step} ({time.monotonic() - started:.0f}s)")
-
-    threading.Thread(target=report, daemon=True).start()
-    try:
-        for line in proc.stdout:
-            line = line.rstrip()
-            if line.startswith("I: "):
-                lines.append(line[3:])
-            elif line:
-                lines.append(line)
-        code = proc.wait()
-    finally:
-        done.set()
+    # mmdebstrap marks its steps "I: ..."; the latest says where it is.
+    code, lines = run_reporting(command, recipe.name, progress, lambda lines: lines[-1].removeprefix("I: "))
     if code != 0:
         detail = "\n".join(lines[-30:])
         raise DevClusterError(f"mmdebstrap of the {recipe.name} image failed (exit {code}):\n{detail}")
