@@ -92,9 +92,9 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
 
 
 # The compromised device's flood: a state report that changes every time, as the attacker sent (each one used to
-# be a record and an Event), with QoS 1, at RATE a second (1,250 times its limit; steady, so the figure is the
+# be a record and an Event), with QoS 1, at RATE a second (500 times its limit; steady, so the figure is the
 # controller's, not a backlog of the two shared cores this runs on). Its password comes on stdin.
-FLOOD_RATE = 2500
+FLOOD_RATE = 1000
 FLOOD = """
 import json, sys, time
 import paho.mqtt.client as mqtt
@@ -158,7 +158,9 @@ def test_a_flood_of_events_is_counted_not_recorded_and_other_devices_keep_their_
     assert taken <= DEFAULT_BURST + DEFAULT_RATE * counted_s, f"{taken} of {sent} taken in {flood_s:.1f} s"
     assert sum(r.data["dropped"] for r in reports) == dropped, "every dropped message is in some report's count"
     records = len(site.records(NOISY)) - before
-    assert records <= 3 + taken, f"{records} records for {taken} messages taken and {dropped} dropped"
+    # Beside one record per message taken: the flood's two reports, and the flooding process's connection and
+    # disconnection (read from the broker's log, so its connection may land after `before` was counted).
+    assert records <= 4 + taken, f"{records} records for {taken} messages taken and {dropped} dropped"
     assert scrape(site.metrics_port)['corral_device_messages_dropped_total{kind="event"}'] == dropped
     warnings = site.warnings(NOISY, "Flooding")
     assert 1 <= len(warnings) <= 3 and str(dropped) in warnings[-1].note, [w.note for w in warnings]
