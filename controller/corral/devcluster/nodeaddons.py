@@ -69,45 +69,36 @@ def coredns(image: str) -> list[Manifest]:
                  {"kind": "ServiceAccount", "name": COREDNS, "namespace": SYSTEM}),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": COREDNS, "namespace": SYSTEM},
          "data": {"Corefile": COREFILE}},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": COREDNS, "namespace": SYSTEM, "labels": labels},
-         "spec": {
-             "replicas": 1,
-             "selector": {"matchLabels": labels},
-             "template": {
-                 "metadata": {"labels": labels},
-                 "spec": {
-                     "serviceAccountName": COREDNS,
-                     "priorityClassName": "system-cluster-critical",
-                     # The host's resolver, as k3s' CoreDNS: `forward . /etc/resolv.conf` then reads the node's.
-                     "dnsPolicy": "Default",
-                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
-                                         "seccompProfile": {"type": "RuntimeDefault"}},
-                     "containers": [{
-                         "name": COREDNS,
-                         "image": image,
-                         "imagePullPolicy": "Never",
-                         "args": ["-conf", "/etc/coredns/Corefile"],
-                         "ports": [{"name": "dns", "containerPort": 53, "protocol": "UDP"},
-                                   {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
-                                   {"name": "metrics", "containerPort": 9153, "protocol": "TCP"}],
-                         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                             # Port 53 as 65532: the image's binary carries cap_net_bind_service=+ep (as CoreDNS's own image
-                                             # does); exec needs the capability in the bounding set, which this keeps.
-                                             "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}},
-                         "resources": {"requests": {"cpu": "50m", "memory": "30Mi"},
-                                       "limits": {"memory": "170Mi"}},
-                         "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],
-                         "livenessProbe": {"httpGet": {"path": "/health", "port": 8080},
-                                           "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
-                         "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181},
-                                            "periodSeconds": 2, "failureThreshold": 3},
-                     }],
-                     "volumes": [{"name": "config", "configMap": {"name": COREDNS,
-                                                                  "items": [{"key": "Corefile", "path": "Corefile"}]}}],
-                 },
-             },
-         }},
+        _deployment(COREDNS, labels, {
+            "serviceAccountName": COREDNS,
+            "priorityClassName": "system-cluster-critical",
+            # The host's resolver, as k3s' CoreDNS: `forward . /etc/resolv.conf` then reads the node's.
+            "dnsPolicy": "Default",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": COREDNS,
+                "image": image,
+                "imagePullPolicy": "Never",
+                "args": ["-conf", "/etc/coredns/Corefile"],
+                "ports": [{"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                          {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 9153, "protocol": "TCP"}],
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    # Port 53 as 65532: the image's binary carries cap_net_bind_service=+ep (as CoreDNS's own image
+                                    # does); exec needs the capability in the bounding set, which this keeps.
+                                    "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}},
+                "resources": {"requests": {"cpu": "50m", "memory": "30Mi"},
+                              "limits": {"memory": "170Mi"}},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],
+                "livenessProbe": {"httpGet": {"path": "/health", "port": 8080},
+                                  "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181},
+                                   "periodSeconds": 2, "failureThreshold": 3},
+            }],
+            "volumes": [{"name": "config", "configMap": {"name": COREDNS,
+                                                         "items": [{"key": "Corefile", "path": "Corefile"}]}}],
+        }),
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": "kube-dns", "namespace": SYSTEM, "labels": {**labels, "kubernetes.io/name": "CoreDNS"}},
          "spec": {"selector": labels, "clusterIP": nodeconfig.CLUSTER_DNS,
@@ -143,36 +134,35 @@ def local_path(provisioner_image: str, helper_image: str, storage_path: str) -> 
              "teardown": '#!/bin/sh\nset -eu\nrm -rf "${VOL_DIR}"\n',
              "helperPod.yaml": json.dumps(helper_pod, indent=2),
          }},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": LOCAL_PATH, "namespace": SYSTEM, "labels": labels},
-         "spec": {
-             "replicas": 1,
-             "selector": {"matchLabels": labels},
-             "template": {
-                 "metadata": {"labels": labels},
-                 "spec": {
-                     "serviceAccountName": account,
-                     "priorityClassName": "system-node-critical",
-                     "containers": [{
-                         "name": LOCAL_PATH,
-                         "image": provisioner_image,
-                         "imagePullPolicy": "Never",
-                         "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json",
-                                     "--service-account-name", account, "--helper-image", helper_image,
-                                     "--configmap-name", "local-path-config"],
-                         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath":
-                                                                                       "metadata.namespace"}}}],
-                         "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/config/"}],
-                     }],
-                     "volumes": [{"name": "config-volume", "configMap": {"name": "local-path-config"}}],
-                 },
-             },
-         }},
+        _deployment(LOCAL_PATH, labels, {
+            "serviceAccountName": account,
+            "priorityClassName": "system-node-critical",
+            "containers": [{
+                "name": LOCAL_PATH,
+                "image": provisioner_image,
+                "imagePullPolicy": "Never",
+                "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json",
+                            "--service-account-name", account, "--helper-image", helper_image,
+                            "--configmap-name", "local-path-config"],
+                "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath":
+                                                                              "metadata.namespace"}}}],
+                "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/config/"}],
+            }],
+            "volumes": [{"name": "config-volume", "configMap": {"name": "local-path-config"}}],
+        }),
         {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
          "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
          "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer",
          "reclaimPolicy": "Delete"},
     ]
+
+
+def _deployment(name: str, labels: dict[str, str], pod_spec: dict[str, Any]) -> Manifest:
+    """One replica of a Pod in kube-system, as k3s runs its add-ons."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": SYSTEM, "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
 
 
 def _cluster_role(name: str, rules: list[dict[str, Any]]) -> Manifest:
