@@ -158,14 +158,14 @@ def requests_per(before: Counter[tuple[str, str, str]], after: Counter[tuple[str
 async def kubernetes_floor(plane: Plane, namespace: str, count: int) -> list[float]:
     """The Kubernetes floor: create a plain object (a ConfigMap) and see it in a watch, in milliseconds.
 
-    The same API server, credentials and client (client/asyncapi.py) the controller uses; one object after
+    The same API server, credentials and client (kube/client.py) the controller uses; one object after
     another, each timed from the create's start to its ADDED event on a watch opened beforehand.
     """
     import asyncio
 
     import kubernetes
 
-    from corral.client.asyncapi import AsyncApi, path_of
+    from corral.kube.client import AsyncApi, path_of
 
     config = kubernetes.client.Configuration()
     config.host, config.ssl_ca_cert = plane.server, str(plane.ca_file)

@@ -26,7 +26,7 @@ from corral.audit.log import read_records
 from corral.client.intents import submit
 from corral.devcluster.files import DEV_USER
 from corral.devcluster.plane import Plane
-from corral.reconcile.leases import lease_name, parse
+from corral.reconcile.guards.leases import lease_name, parse
 from tests.controller_harness import CORRAL, ControllerProcess, device, set_target
 from tests.fleet_harness import running_fleet
 from tests.gateway_harness import (

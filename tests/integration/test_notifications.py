@@ -29,7 +29,7 @@ from corral.cli.main import cli
 from corral.client.intents import submit, wait_settled
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
-from corral.reconcile.notify import load_config
+from corral.notify.sender import load_config
 from tests.controller_harness import device, events, running_controller
 from tests.fleet_harness import running_fleet
 from tests.harness import grant, scrape, wait_for

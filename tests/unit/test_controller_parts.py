@@ -9,9 +9,9 @@ from corral.contract.model import Sensor
 from corral.devices.commands import CommandTimeout, CommandTracker
 from corral.devices.messages import Ack, Sample
 from corral.devices.telemetry import MAX_METRICS, Coalescing, EarlyWrites, SensorBuffer
-from corral.reconcile import conditions
-from corral.reconcile.targets import owned_target as _owned_target
-from corral.reconcile.workqueue import WorkQueue
+from corral.kube import conditions
+from corral.kube.workqueue import WorkQueue
+from corral.reconcile.devices.targets import owned_target as _owned_target
 
 TEMP = Sensor.model_validate({"metric": "temperature", "unit": "°C", "range": {"min": -40, "max": 85}})
 

@@ -19,11 +19,11 @@ from corral.devices.link import Inbound
 from corral.devices.presence import Presence, last_words, presence_of
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
-from corral.reconcile.accounts import BrokerAccounts
-from corral.reconcile.driver import CommandTimeout, DeviceGone, Expectations
-from corral.reconcile.ingest import Ingest
-from corral.reconcile.runtime import Fleet
-from corral.reconcile.workqueue import WorkQueue
+from corral.kube.workqueue import WorkQueue
+from corral.reconcile.devices.accounts import BrokerAccounts
+from corral.reconcile.devices.driver import CommandTimeout, DeviceGone, Expectations
+from corral.reconcile.devices.ingest import Ingest
+from corral.reconcile.devices.runtime import Fleet
 
 STAMP = "2026-12-02T08:09:40: "
 

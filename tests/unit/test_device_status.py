@@ -11,11 +11,12 @@ from corral.contract.model import Contract, Sensor
 from corral.contract.trust import judge
 from corral.devices.plan import PinnedCommand, plan
 from corral.devices.telemetry import Coalescing, Reading
-from corral.reconcile.cache import DeviceCache, ObjectCache
+from corral.kube.cache import ObjectCache
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.device import DeviceReconciler
-from corral.reconcile.runtime import DeviceRuntime, StatusMemory
-from corral.reconcile.status import (
+from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.reconciler import DeviceReconciler
+from corral.reconcile.devices.runtime import DeviceRuntime, StatusMemory
+from corral.reconcile.devices.status import (
     Observed,
     Verdict,
     device_status,

@@ -18,10 +18,10 @@ from corral.devices.messages import parse_ack, parse_event
 from corral.devices.plan import PinnedCommand, plan
 from corral.devices.topics import Topics
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.device import DeviceReconciler
-from corral.reconcile.runtime import DeviceRuntime
-from corral.reconcile.status import Observed, device_status, sync_verdict
-from corral.reconcile.targets import target_set_at
+from corral.reconcile.devices.reconciler import DeviceReconciler
+from corral.reconcile.devices.runtime import DeviceRuntime
+from corral.reconcile.devices.status import Observed, device_status, sync_verdict
+from corral.reconcile.devices.targets import target_set_at
 from corral_sim.catalog import contract_for
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from corral.reconcile.kube import FieldConflict
-from corral.reconcile.targets import TargetApplier, intent_target
+from corral.kube.objects import FieldConflict
+from corral.reconcile.devices.targets import TargetApplier, intent_target
 
 
 class Server:

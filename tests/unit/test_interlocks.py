@@ -24,12 +24,12 @@ from corral.decide.interlocks import (
 from corral.decide.selectors import Requirement, Selector
 from corral.devices.plan import Command, Plan
 from corral.devices.telemetry import Reading
-from corral.reconcile.cache import DeviceCache
-from corral.reconcile.device import DeviceReconciler
-from corral.reconcile.interlocks import Interlocks, rule_of
-from corral.reconcile.port import DeviceView
-from corral.reconcile.runtime import DeviceRuntime
-from corral.reconcile.status import Observed, Verdict, device_status
+from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.port import DeviceView
+from corral.reconcile.devices.reconciler import DeviceReconciler
+from corral.reconcile.devices.runtime import DeviceRuntime
+from corral.reconcile.devices.status import Observed, Verdict, device_status
+from corral.reconcile.guards.interlocks import Interlocks, rule_of
 
 NOW_MS = 1_796_000_000_000.0
 MESSAGE = "The main water valve may not open while the leak probe reports wet."

@@ -19,10 +19,10 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from corral.audit.events import EventRecorder
 from corral.devcluster.processes import free_port
-from corral.reconcile.notify import Notifier
-from corral.reconcile.notify_payloads import NotifySettings, RetrySettings, Webhook
+from corral.kube.events import EventRecorder
+from corral.notify.payloads import NotifySettings, RetrySettings, Webhook
+from corral.notify.sender import Notifier
 
 Answer = Callable[[int], Awaitable[web.StreamResponse]]  # the attempt's number (1, 2, ...) -> the answer
 

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from corral.cli.main import cli
-from corral.reconcile.notify import load_config
-from corral.reconcile.notify_payloads import (
+from corral.notify.payloads import (
     REASON_LIMIT,
     TEXT_LIMIT,
     VALUE_LIMIT,
@@ -32,6 +31,7 @@ from corral.reconcile.notify_payloads import (
     slack_escape,
     verdict,
 )
+from corral.notify.sender import load_config
 
 CONSOLE = "https://corral.example/console"
 

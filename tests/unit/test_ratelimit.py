@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from corral.cli.main import cli
 from corral.decide.decision import decide
 from corral.decide.ratelimit import RateLimit, Request, judge
-from corral.reconcile.ratelimits import RequestIndex
+from corral.reconcile.intents.ratelimits import RequestIndex
 from tests.unit.test_decide import DEVICE, HASH, NOW, intent
 
 LIMIT = RateLimit(30, timedelta(seconds=60))  # the gateway's default: 30 at once, one more every 2 s

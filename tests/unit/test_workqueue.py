@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from corral.reconcile.workqueue import RateLimiter, Result, WorkQueue, run_workers
+from corral.kube.workqueue import RateLimiter, Result, WorkQueue, run_workers
 
 
 class Clock:

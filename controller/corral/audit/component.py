@@ -11,7 +11,7 @@ import kubernetes
 from corral.audit.keys import load_private_key
 from corral.audit.log import DEFAULT_MAX_BYTES, AuditLog
 from corral.audit.signer import DEFAULT_INTERVAL_S, CheckpointSigner, Retention, publisher
-from corral.client.asyncapi import AsyncApi
+from corral.kube.client import AsyncApi
 
 
 @dataclass(frozen=True)

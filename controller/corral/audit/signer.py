@@ -20,7 +20,7 @@ from typing import Any
 from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.audit.checkpoint import Checkpoint, sign_checkpoint
 from corral.audit.log import AuditLog
-from corral.client.asyncapi import ApiError, AsyncApi, path_of
+from corral.kube.client import ApiError, AsyncApi, path_of
 
 log = logging.getLogger(__name__)
 

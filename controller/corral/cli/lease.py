@@ -13,7 +13,7 @@ from corral.api.intent import LEASE_ACTUATOR
 from corral.cli.kubeopts import kube_options
 from corral.cli.outcomes import exit_status
 from corral.client.intents import identity, outcome_code, submit, wait_settled
-from corral.reconcile.leases import LABEL, parse
+from corral.reconcile.guards.leases import LABEL, parse
 
 
 @click.group()

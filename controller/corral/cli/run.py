@@ -25,11 +25,11 @@ from corral.decide.decision import Policy
 from corral.decide.ratelimit import RateLimit
 from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
+from corral.notify.payloads import NotifySettings, check_url
+from corral.notify.sender import load_config as load_notify_config
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
-from corral.reconcile.intents import IntentSettings
-from corral.reconcile.notify import load_config as load_notify_config
-from corral.reconcile.notify_payloads import NotifySettings, check_url
+from corral.reconcile.intents.reconciler import IntentSettings
 from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
 
 # Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
@@ -156,7 +156,7 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Read the requestheader CA, allowed names and headers at start from the ConfigMap "
                    f"{AUTH_CONFIGMAP[0]}/{AUTH_CONFIGMAP[1]}, where kube-apiserver publishes them (needs the Role "
                    "extension-apiserver-authentication-reader there; the chart binds it).")
-# Approval requests to webhooks (reconcile/notify.py, docs/controller.md "Notifications").
+# Approval requests to webhooks (notify/sender.py, docs/controller.md "Notifications").
 @click.option("--notify-config", type=click.Path(dir_okay=False, exists=True),
               help="YAML or JSON file of webhooks (ntfy, slack, json) told when an Intent starts waiting for approval; "
                    "their URLs and headers may come from files (a mounted Secret).")

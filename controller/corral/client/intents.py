@@ -21,7 +21,7 @@ from corral.api.codes import API_VERSION, CANCEL_ANNOTATION, FINAL_PHASES, GROUP
 from corral.decide.idempotency import compare
 
 if TYPE_CHECKING:  # aiohttp, behind it, is a tenth of a second the command line's synchronous calls never need
-    from corral.client.asyncapi import AsyncApi
+    from corral.kube.client import AsyncApi
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def submit(api_client: kubernetes.client.ApiClient, namespace: str, name: str, s
 async def submit_async(api: AsyncApi, namespace: str, name: str, spec: dict[str, Any],
                        annotations: dict[str, str] | None = None) -> Submitted:
     """`submit()` on the event loop (the gateway's path)."""
-    from corral.client.asyncapi import ApiError, path_of
+    from corral.kube.client import ApiError, path_of
 
     collection = path_of(GROUP, VERSION, "intents", namespace)
     try:
@@ -174,7 +174,7 @@ async def decide_on_async(api: AsyncApi, namespace: str, intent_name: str, decis
 
     `expected_uid`: the Intent the person looked at; a different one under the same name (deleted and made
     again, perhaps with other parameters) is refused instead of approved."""
-    from corral.client.asyncapi import path_of
+    from corral.kube.client import path_of
 
     intent = await api.request("GET", path_of(GROUP, VERSION, "intents", namespace, intent_name))
     if expected_uid is not None and intent["metadata"]["uid"] != expected_uid:

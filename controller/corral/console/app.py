@@ -37,7 +37,6 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from corral.api.codes import PEOPLE_NAMESPACE
-from corral.client.asyncapi import ApiError
 from corral.client.intents import decide_on_async
 from corral.console.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, cross_site_refusal, origin_of
 from corral.console.people import Person, SignInRefused, clean_token, review
@@ -45,6 +44,7 @@ from corral.console.sessions import Session, SessionStore
 from corral.console.waiting import intent_view, paused_notices, waiting_devices, waiting_for
 from corral.console.words import who
 from corral.contract.text import written_text
+from corral.kube.client import ApiError
 
 log = logging.getLogger(__name__)
 # A call with the person's token that failed: refused by the API server, or it could not be reached.

@@ -19,9 +19,9 @@ import kubernetes
 
 from corral.api.codes import GROUP, VERSION
 from corral.api.pause import PAUSE_NAME
-from corral.client.asyncapi import ApiError, AsyncApi, path_of
 from corral.client.intents import Identity
 from corral.console.waiting import DeviceKey
+from corral.kube.client import ApiError, AsyncApi, path_of
 
 APPROVE_TTL_S: Final = 10.0  # as the controller: a grant or a revocation shows within this time
 MAX_TOKEN_CHARS: Final = 16_384

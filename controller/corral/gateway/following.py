@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.api.codes import GROUP, VERSION
-from corral.client.asyncapi import ApiError, AsyncApi, path_of
+from corral.kube.client import ApiError, AsyncApi, path_of
 
 log = logging.getLogger(__name__)
 

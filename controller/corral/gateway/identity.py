@@ -35,9 +35,9 @@ import kubernetes
 from mcp.server.auth.provider import AccessToken
 
 from corral.api.codes import GATEWAY_AUDIENCE
-from corral.client.asyncapi import AsyncApi
 from corral.gateway.blocking import blocking
 from corral.gateway.following import IntentFollower
+from corral.kube.client import AsyncApi
 
 log = logging.getLogger(__name__)
 

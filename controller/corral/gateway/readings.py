@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 
 from corral.api.codes import READINGS_PREFIX
-from corral.client.asyncapi import ApiError, AsyncApi
+from corral.kube.client import ApiError, AsyncApi
 
 TIMEOUT_S = 5.0
 

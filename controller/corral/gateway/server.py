@@ -33,7 +33,6 @@ from corral import __version__
 from corral.api.codes import FINAL_PHASES, READINGS_MAX_WINDOW_S, DecisionCode
 from corral.api.pause import Paused
 from corral.audit.log import AuditLog
-from corral.client.asyncapi import ApiError
 from corral.client.errors import api_message
 from corral.client.intents import outcome_code, submit_async
 from corral.contract.text import bounded, quoted_data, safe_data
@@ -52,6 +51,7 @@ from corral.gateway.toolset import (
 from corral.gateway.unseen import nothing_visible_note
 from corral.gateway.view import CallerView, Views
 from corral.gateway.visible import INDEX_URI, VisibleDevice
+from corral.kube.client import ApiError
 from corral.obs import metrics, tracing
 
 log = logging.getLogger(__name__)

@@ -36,9 +36,9 @@ from pydantic import Field
 
 from corral.api.codes import CANCEL_ANNOTATION, FINAL_PHASES, GROUP, VERSION
 from corral.audit.log import AuditLog
-from corral.client.asyncapi import ApiError, path_of
 from corral.contract.values import shown
 from corral.gateway.view import CallerView
+from corral.kube.client import ApiError, path_of
 
 log = logging.getLogger(__name__)
 

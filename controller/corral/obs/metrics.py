@@ -20,7 +20,7 @@ INTENTS = Counter("corral_intents_total", "Intents that reached a final decision
 INTENT_SECONDS = Histogram("corral_intent_decision_seconds", "Time from an Intent's creation to its final code.",
                            buckets=(*_LATENCY_BUCKETS, 30.0, 60.0, 300.0))
 APPROVALS_WAITING = Gauge("corral_approvals_waiting", "Intents waiting for a human approval.")
-# Approval requests to webhooks (reconcile/notify.py), by the webhook's configured name (a bounded set).
+# Approval requests to webhooks (notify/sender.py), by the webhook's configured name (a bounded set).
 NOTIFICATIONS = Counter("corral_notifications_total",
                         "Approval requests to webhooks, by what became of each: sent, failed (retries exhausted or "
                         "not retryable) or dropped (the webhook's queue was full).", ["webhook", "outcome"])

@@ -1,5 +1,7 @@
-"""kopf glue: watch Devices, feed MQTT messages in, reconcile each device toward its target state.
+"""The controller: one controller per kind, on the shared Kubernetes floor (`corral.kube`).
 
-Handlers stay thin: they update caches and queue device ids; `controller.py`
-does the work with the pure planning in `devices/plan.py`.
+- `devices/`: what devices say over MQTT, and reconciling each Device toward its target;
+- `intents/`: deciding and executing Intents (the judgement itself is `corral.decide`, pure);
+- `guards/`: interlocks, device leases and the agents' pause, consulted by both;
+- `controller.py` wires them together and `handlers.py` is the only contact with kopf.
 """

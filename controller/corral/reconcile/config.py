@@ -8,7 +8,7 @@ from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
 from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
-from corral.reconcile.notify_payloads import NotifySettings
+from corral.notify.payloads import NotifySettings
 from corral.serving.frontproxy import FrontProxy
 
 
@@ -82,7 +82,7 @@ class ControllerConfig:
     # The aggregation layer's front proxy (its requestheader CA and allowed names), whose client certificate
     # vouches for the caller of the readings APIService; None: X-Remote-* headers are refused.
     front_proxy: FrontProxy | None = None
-    # Approval requests to webhooks when an Intent starts waiting for a person (reconcile/notify.py): the loaded
+    # Approval requests to webhooks when an Intent starts waiting for a person (notify/sender.py): the loaded
     # --notify-config (None: none are sent), and the approval console's base URL, for the link to each Intent.
     notifications: NotifySettings | None = None
     console_url: str | None = None

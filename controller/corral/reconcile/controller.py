@@ -24,7 +24,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from corral.api.codes import CONTROLLER_MANAGER
 from corral.audit.component import AuditSettings, assemble
 from corral.audit.decisions import DecisionIndex
-from corral.audit.events import EventRecorder
 from corral.audit.log import read_records
 from corral.client.enroll import DEVICE_ID_LABEL
 from corral.devices.accounts import RESPONSE_TOPIC
@@ -32,28 +31,30 @@ from corral.devices.heartbeat import Heartbeat
 from corral.devices.limits import DeviceLimits
 from corral.devices.link import Inbound, MqttLink, TlsFiles
 from corral.devices.topics import Topics
-from corral.reconcile.access import AccessReviews
-from corral.reconcile.accounts import BrokerAccounts
-from corral.reconcile.cache import Body, DeviceCache, device_id_of
-from corral.reconcile.capabilities import Capabilities
+from corral.kube.access import AccessReviews
+from corral.kube.cache import Body
+from corral.kube.events import EventRecorder
+from corral.kube.informer import Informer
+from corral.kube.objects import Kube
+from corral.kube.workqueue import WorkQueue, run_workers
+from corral.notify.sender import Notifier
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.device import DeviceReconciler, Listening
-from corral.reconcile.driver import Driver
-from corral.reconcile.informer import Informer
-from corral.reconcile.ingest import Ingest
-from corral.reconcile.intents import IntentReconciler, IntentSettings
-from corral.reconcile.interlocks import Interlocks
-from corral.reconcile.kube import Kube
-from corral.reconcile.leases import Leases
-from corral.reconcile.notices import DeviceNotices
-from corral.reconcile.notify import Notifier
-from corral.reconcile.pauses import AgentPauses
-from corral.reconcile.port import FleetPort
-from corral.reconcile.refusals import RefusalTracer
-from corral.reconcile.runtime import Fleet
-from corral.reconcile.targets import TargetApplier
-from corral.reconcile.trust import ContractTrust
-from corral.reconcile.workqueue import WorkQueue, run_workers
+from corral.reconcile.devices.accounts import BrokerAccounts
+from corral.reconcile.devices.cache import DeviceCache, device_id_of
+from corral.reconcile.devices.capabilities import Capabilities
+from corral.reconcile.devices.driver import Driver
+from corral.reconcile.devices.ingest import Ingest
+from corral.reconcile.devices.notices import DeviceNotices
+from corral.reconcile.devices.port import FleetPort
+from corral.reconcile.devices.reconciler import DeviceReconciler, Listening
+from corral.reconcile.devices.refusals import RefusalTracer
+from corral.reconcile.devices.runtime import Fleet
+from corral.reconcile.devices.targets import TargetApplier
+from corral.reconcile.devices.trust import ContractTrust
+from corral.reconcile.guards.interlocks import Interlocks
+from corral.reconcile.guards.leases import Leases
+from corral.reconcile.guards.pauses import AgentPauses
+from corral.reconcile.intents.reconciler import IntentReconciler, IntentSettings
 from corral.serving.auth import Reviews
 from corral.serving.certs import ensure_serving_certificate
 from corral.serving.server import ReadServer
@@ -113,13 +114,13 @@ class Controller:
         port = FleetPort(self.fleet, self.devices, self.driver, self.applier, self.queue, notices, listening, trust)
         # Cross-device rules: judged when Intents are decided and executed, and before any target is driven.
         self.interlocks = Interlocks(kube, self.devices, config.watch_namespaces, on_change=self._interlocks_changed)
-        # Exclusive control of Devices: Lease objects only the controller writes (reconcile/leases.py). A lease that
+        # Exclusive control of Devices: Lease objects only the controller writes (reconcile/guards/leases.py). A lease that
         # ends lets the Device's held targets be driven.
         self.leases = Leases(kube.api, config.watch_namespaces, on_change=self._lease_changed)
         self.device_reconciler = DeviceReconciler(config, kube, self.fleet, self.devices, self.driver, notices,
                                                   recorder, listening, trust, self.interlocks, port.view,
                                                   leased=lambda namespace, name: self.leases.guard(namespace, name)[0])
-        # Approval requests to the configured webhooks, sent off the decision path (reconcile/notify.py).
+        # Approval requests to the configured webhooks, sent off the decision path (notify/sender.py).
         self.notifier = Notifier(config.notifications, config.console_url, recorder) \
             if config.notifications is not None else None
         # The agents kill switch of each namespace (AgentPause): a change decides its undecided Intents again.

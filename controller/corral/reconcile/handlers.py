@@ -17,15 +17,15 @@ import kopf
 import kubernetes
 
 from corral.api.codes import GROUP, VERSION
-from corral.audit.events import EventRecorder
 from corral.audit.keys import AuditKeyError
 from corral.audit.log import InUse
-from corral.client.asyncapi import ApiError
 from corral.contract.signature import load_public_key
+from corral.kube.client import ApiError
+from corral.kube.events import EventRecorder
+from corral.kube.objects import Kube
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.controller import Controller
-from corral.reconcile.intents import IntentSettings
-from corral.reconcile.kube import Kube
+from corral.reconcile.intents.reconciler import IntentSettings
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.client.asyncapi import AsyncApi, path_of
-from corral.reconcile.access import AccessReviews
+from corral.kube.access import AccessReviews
+from corral.kube.client import AsyncApi, path_of
 
 TTL_S = 10.0
 MAX_ENTRIES = 10_000

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from corral.api.codes import READINGS_GROUP, READINGS_MAX_WINDOW_S, READINGS_PREFIX, READINGS_VERSION
 from corral.devices.telemetry import MetricRing, Reading
-from corral.reconcile.port import DeviceView
+from corral.reconcile.devices.port import DeviceView
 
 GROUP, VERSION, PREFIX = READINGS_GROUP, READINGS_VERSION, READINGS_PREFIX
 LISTEN_VERB = "listen"

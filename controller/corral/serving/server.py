@@ -29,7 +29,7 @@ from aiohttp import web
 from corral.audit.chain import AuditRecord
 from corral.audit.log import log_files, read_records
 from corral.audit.signer import last_checkpoint
-from corral.client.asyncapi import ApiError
+from corral.kube.client import ApiError
 from corral.serving import readings
 from corral.serving.auth import Caller, Reviews, Unauthenticated
 from corral.serving.frontproxy import FrontProxy, caller_of

@@ -25,13 +25,13 @@ from corral.devices.link import Inbound
 from corral.devices.presence import Presence
 from corral.devices.telemetry import Coalescing
 from corral.devices.topics import Topics
+from corral.kube.workqueue import WorkQueue
 from corral.obs import metrics
-from corral.reconcile.driver import CommandTimeout, DeviceGone, Driver
-from corral.reconcile.notices import DeviceNotices
-from corral.reconcile.runtime import DeviceRuntime, Fleet
-from corral.reconcile.status import sensors_due
-from corral.reconcile.trust import ContractTrust
-from corral.reconcile.workqueue import WorkQueue
+from corral.reconcile.devices.driver import CommandTimeout, DeviceGone, Driver
+from corral.reconcile.devices.notices import DeviceNotices
+from corral.reconcile.devices.runtime import DeviceRuntime, Fleet
+from corral.reconcile.devices.status import sensors_due
+from corral.reconcile.devices.trust import ContractTrust
 
 log = logging.getLogger(__name__)
 

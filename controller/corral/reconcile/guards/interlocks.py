@@ -32,12 +32,13 @@ from corral.decide.interlocks import (
     recent_readings,
 )
 from corral.decide.selectors import Requirement, Selector
-from corral.reconcile.cache import Body, DeviceCache, Key, key_of
-from corral.reconcile.conditions import Wanted, merge
-from corral.reconcile.informer import WatchedKind
-from corral.reconcile.kube import Kube
-from corral.reconcile.port import DeviceView
-from corral.reconcile.workqueue import Result
+from corral.kube.cache import Body, Key, key_of
+from corral.kube.conditions import Wanted, merge
+from corral.kube.informer import WatchedKind
+from corral.kube.objects import Kube
+from corral.kube.workqueue import Result
+from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.port import DeviceView
 
 log = logging.getLogger(__name__)
 

@@ -38,10 +38,9 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from corral.api.codes import API_VERSION
-from corral.audit.events import EventRecorder, ObjectRef
-from corral.obs import metrics
-from corral.reconcile.cache import Body
-from corral.reconcile.notify_payloads import (
+from corral.kube.cache import Body
+from corral.kube.events import EventRecorder, ObjectRef
+from corral.notify.payloads import (
     ApprovalRequest,
     Message,
     NotifyConfig,
@@ -58,6 +57,7 @@ from corral.reconcile.notify_payloads import (
     retry_after_seconds,
     verdict,
 )
+from corral.obs import metrics
 
 log = logging.getLogger(__name__)
 

@@ -30,19 +30,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget
-from corral.audit.events import EventRecorder
 from corral.contract.values import same_value
 from corral.decide.decision import Lease
 from corral.devices.commands import CommandTimeout
 from corral.devices.heartbeat import failsafes_too_soon, too_soon_note
 from corral.devices.plan import Command, Plan, plan
-from corral.reconcile.cache import Body, DeviceCache, key_of
+from corral.kube.cache import Body, key_of
+from corral.kube.events import EventRecorder
+from corral.kube.objects import Kube
+from corral.kube.workqueue import Result
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.driver import Driver, Pin, Superseded
-from corral.reconcile.kube import Kube
-from corral.reconcile.notices import DeviceNotices, as_json
-from corral.reconcile.runtime import DeviceRuntime, Fleet
-from corral.reconcile.status import (
+from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.driver import Driver, Pin, Superseded
+from corral.reconcile.devices.notices import DeviceNotices, as_json
+from corral.reconcile.devices.runtime import DeviceRuntime, Fleet
+from corral.reconcile.devices.status import (
     Observed,
     device_status,
     duplicate_status,
@@ -55,12 +57,11 @@ from corral.reconcile.status import (
     to_write,
     waiting_status,
 )
-from corral.reconcile.targets import target_set_at
-from corral.reconcile.trust import ContractTrust
-from corral.reconcile.workqueue import Result
+from corral.reconcile.devices.targets import target_set_at
+from corral.reconcile.devices.trust import ContractTrust
 
 if TYPE_CHECKING:
-    from corral.reconcile.interlocks import Interlocks, ViewOf
+    from corral.reconcile.guards.interlocks import Interlocks, ViewOf
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,12 @@ from typing import Any
 
 from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.api.pause import PAUSE_NAME, AgentPauseStatus, Paused, paused_of
-from corral.audit.events import EventRecorder, ObjectRef
 from corral.audit.log import AuditLog, Unwritable
-from corral.reconcile.cache import Body, Key, key_of
-from corral.reconcile.informer import WatchedKind
-from corral.reconcile.kube import Kube
-from corral.reconcile.workqueue import Result
+from corral.kube.cache import Body, Key, key_of
+from corral.kube.events import EventRecorder, ObjectRef
+from corral.kube.informer import WatchedKind
+from corral.kube.objects import Kube
+from corral.kube.workqueue import Result
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,14 @@ from pydantic import ValidationError
 
 from corral.api.codes import CONTROLLER_MANAGER, GROUP, VERSION
 from corral.api.grant import ApprovalGrant, ApprovalGrantStatus, GrantUse
-from corral.client.asyncapi import MERGE, ApiError, path_of
 from corral.decide.approvals import People
 from corral.decide.grants import GrantView, covering
+from corral.kube.access import AccessReviews
+from corral.kube.cache import Body, ObjectCache
+from corral.kube.client import MERGE, ApiError, path_of
+from corral.kube.objects import Kube
 from corral.obs import metrics
-from corral.reconcile.access import AccessReviews
-from corral.reconcile.cache import Body, ObjectCache
-from corral.reconcile.interlocks import selector_of
-from corral.reconcile.kube import Kube
+from corral.reconcile.guards.interlocks import selector_of
 
 log = logging.getLogger(__name__)
 

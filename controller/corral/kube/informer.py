@@ -13,10 +13,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from corral.client.asyncapi import ApiError, AsyncApi, path_of
-from corral.reconcile.cache import Body, Key, ObjectCache, key_of
-from corral.reconcile.tasks import cancel_all
-from corral.reconcile.workqueue import Result, WorkQueue, run_workers
+from corral.kube.cache import Body, Key, ObjectCache, key_of
+from corral.kube.client import ApiError, AsyncApi, path_of
+from corral.kube.tasks import cancel_all
+from corral.kube.workqueue import Result, WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from corral.contract.freshness import DEFAULT_RULE, FreshnessRule
 from corral.contract.model import Contract
 from corral.contract.trust import RiskFloors, judge, with_floors
-from corral.reconcile.cache import Body, DeviceCache
-from corral.reconcile.capabilities import Capabilities
-from corral.reconcile.runtime import DeviceRuntime
+from corral.kube.cache import Body
+from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.capabilities import Capabilities
+from corral.reconcile.devices.runtime import DeviceRuntime
 
 
 class ContractTrust:

@@ -19,14 +19,15 @@ from corral.contract.model import Contract
 from corral.decide.decision import Evidence, Received
 from corral.devices.commands import CommandTimeout
 from corral.devices.telemetry import MetricRing, Reading
-from corral.reconcile.cache import Body, DeviceCache, device_id_of
-from corral.reconcile.device import Listening
-from corral.reconcile.driver import Driver, Pin
-from corral.reconcile.notices import DeviceNotices
-from corral.reconcile.runtime import Fleet
-from corral.reconcile.targets import TargetApplier
-from corral.reconcile.trust import ContractTrust
-from corral.reconcile.workqueue import WorkQueue
+from corral.kube.cache import Body
+from corral.kube.workqueue import WorkQueue
+from corral.reconcile.devices.cache import DeviceCache, device_id_of
+from corral.reconcile.devices.driver import Driver, Pin
+from corral.reconcile.devices.notices import DeviceNotices
+from corral.reconcile.devices.reconciler import Listening
+from corral.reconcile.devices.runtime import Fleet
+from corral.reconcile.devices.targets import TargetApplier
+from corral.reconcile.devices.trust import ContractTrust
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,13 @@ from pydantic import ValidationError
 
 from corral.api.capability import CapabilitySpec
 from corral.api.codes import API_VERSION
-from corral.audit.events import EventRecorder, ObjectRef
-from corral.client.asyncapi import ApiError
 from corral.contract.model import Contract
-from corral.reconcile.cache import Body, DeviceCache
-from corral.reconcile.kube import Kube
-from corral.reconcile.tasks import cancel_all
+from corral.kube.cache import Body
+from corral.kube.client import ApiError
+from corral.kube.events import EventRecorder, ObjectRef
+from corral.kube.objects import Kube
+from corral.kube.tasks import cancel_all
+from corral.reconcile.devices.cache import DeviceCache
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ import json
 from typing import Any, Literal
 
 from corral.api.codes import API_VERSION
-from corral.audit.events import EventRecorder, ObjectRef
 from corral.audit.log import AuditLog
-from corral.reconcile.cache import Body, DeviceCache
-from corral.reconcile.runtime import DeviceRuntime
+from corral.kube.cache import Body
+from corral.kube.events import EventRecorder, ObjectRef
+from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.runtime import DeviceRuntime
 
 Kind = Literal["Normal", "Warning"]
 

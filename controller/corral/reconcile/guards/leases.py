@@ -17,12 +17,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from corral.client.asyncapi import ApiError, AsyncApi, path_of
 from corral.contract.text import written_text
 from corral.decide.decision import Broken, Lease
-from corral.reconcile.cache import Body
-from corral.reconcile.informer import Informer
-from corral.reconcile.tasks import cancel_all
+from corral.kube.cache import Body
+from corral.kube.client import ApiError, AsyncApi, path_of
+from corral.kube.informer import Informer
+from corral.kube.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 

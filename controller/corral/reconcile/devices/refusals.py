@@ -22,7 +22,7 @@ from corral.devices.presence import Presence, last_words
 from corral.devices.refusals import Denial, LogTail, RefusalReport, Refusals, parse_denial
 from corral.devices.topics import Topics
 from corral.obs import metrics
-from corral.reconcile.notices import DeviceNotices
+from corral.reconcile.devices.notices import DeviceNotices
 
 log = logging.getLogger(__name__)
 

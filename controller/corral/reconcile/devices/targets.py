@@ -23,8 +23,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from corral.api.codes import INTENTS_MANAGER
-from corral.reconcile.cache import Key, key_of, newer
-from corral.reconcile.kube import FieldConflict
+from corral.kube.cache import Key, key_of, newer
+from corral.kube.objects import FieldConflict
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from corral.api.codes import FINAL_PHASES
 from corral.api.intent import LEASE_ACTIONS, OVERLAY_ACTIONS
 from corral.decide.ratelimit import HORIZON_PERIODS, Limited, RateLimit, Request, State, judge
-from corral.reconcile.cache import Body, Key, key_of
+from corral.kube.cache import Body, Key, key_of
 
 # Phases that say the decision let it through the limit (what waits for a person, or runs, or ended).
 _PASSED = frozenset({"AwaitingApproval", "Executing"}) | FINAL_PHASES

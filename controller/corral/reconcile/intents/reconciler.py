@@ -38,9 +38,7 @@ from corral.api.codes import API_VERSION, CANCEL_ANNOTATION, FINAL_PHASES, Decis
 from corral.api.intent import LEASE_ACTIONS, OVERLAY_ACTIONS, OVERLAY_VERB, IntentStatus
 from corral.audit.chain import AuditRecord, line_hash
 from corral.audit.decisions import DECIDED, EXECUTING, DecisionIndex
-from corral.audit.events import EventRecorder, ObjectRef
 from corral.audit.log import AuditLog, Sealed, Unwritable
-from corral.client.asyncapi import ApiError
 from corral.contract.values import InvalidValue, check, shown
 from corral.decide.approvals import ApprovalView, Refusal
 from corral.decide.decision import (
@@ -57,19 +55,21 @@ from corral.decide.decision import (
 )
 from corral.decide.grants import GrantView
 from corral.decide.idempotency import params_hash
+from corral.kube.access import AccessReviews
+from corral.kube.cache import Body, Key, ObjectCache, key_of
+from corral.kube.client import ApiError
+from corral.kube.events import EventRecorder, ObjectRef
+from corral.kube.objects import FieldConflict, Kube
+from corral.kube.workqueue import Result, WorkQueue
 from corral.obs import metrics, tracing
-from corral.reconcile.access import AccessReviews
-from corral.reconcile.cache import Body, Key, ObjectCache, key_of
-from corral.reconcile.driver import DeviceGone, DeviceRefused, Superseded
-from corral.reconcile.grants import Grants
-from corral.reconcile.interlocks import Interlocks
-from corral.reconcile.kube import FieldConflict, Kube
-from corral.reconcile.leases import Leases, LeaseTaken
-from corral.reconcile.notices import device_ref
-from corral.reconcile.pauses import AgentPauses
-from corral.reconcile.port import DevicePort, DeviceView
-from corral.reconcile.ratelimits import RequestIndex
-from corral.reconcile.workqueue import Result, WorkQueue
+from corral.reconcile.devices.driver import DeviceGone, DeviceRefused, Superseded
+from corral.reconcile.devices.notices import device_ref
+from corral.reconcile.devices.port import DevicePort, DeviceView
+from corral.reconcile.guards.interlocks import Interlocks
+from corral.reconcile.guards.leases import Leases, LeaseTaken
+from corral.reconcile.guards.pauses import AgentPauses
+from corral.reconcile.intents.grants import Grants
+from corral.reconcile.intents.ratelimits import RequestIndex
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from corral.audit.correlate import EventCorrelator, EventKey
-from corral.client.asyncapi import ApiError
+from corral.kube.client import ApiError
 from corral.obs import metrics
 
 log = logging.getLogger(__name__)

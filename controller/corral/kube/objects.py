@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes
 
 from corral.api.codes import CONTROLLER_MANAGER, GROUP, INTENTS_MANAGER, OVERLAY_MANAGER, VERSION
-from corral.client.asyncapi import APPLY, MERGE, ApiError, AsyncApi, path_of
+from corral.kube.client import APPLY, MERGE, ApiError, AsyncApi, path_of
 from corral.obs import metrics
 
 Body = dict[str, Any]

@@ -1,5 +1,5 @@
 """Approval requests to webhooks, the pure half: the `--notify-config` file's model, the message each kind of
-receiver gets, and which answers deserve another attempt. No I/O here; `reconcile/notify.py` sends.
+receiver gets, and which answers deserve another attempt. No I/O here; `notify/sender.py` sends.
 
 Three kinds of receiver: `ntfy` (the message as text, with Title, Click, Tags and Priority headers: ntfy's
 publish API), `slack` (a Slack-compatible incoming webhook, `{"text": ...}` with the link as `<url|text>`) and

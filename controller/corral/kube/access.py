@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from corral.reconcile.kube import Kube
+from corral.kube.objects import Kube
 
 Question = tuple[str, tuple[str, ...], str, str | None, str | None]  # user, groups, verb, namespace, device
 

@@ -27,8 +27,8 @@ from corral.contract.model import Sensor
 from corral.contract.values import shown
 from corral.devices.plan import Plan
 from corral.devices.telemetry import Coalescing, Reading
-from corral.reconcile.conditions import Wanted, merge
-from corral.reconcile.runtime import StatusMemory
+from corral.kube.conditions import Wanted, merge
+from corral.reconcile.devices.runtime import StatusMemory
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Guards both controllers consult before acting: interlocks, device leases and the agents' pause."""
