@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic
+
+from corral.kube.typed import Body, M, Malformed, parse
 
 Key = tuple[str, str]  # namespace, name
-Body = dict[str, Any]
 
 _TOMBSTONES = 4096
 
@@ -105,3 +106,69 @@ class ObjectCache:
         while len(self._deleted) > _TOMBSTONES:
             self._deleted.popitem(last=False)
         return self._bodies.pop(key, None)
+
+
+@dataclass(frozen=True)
+class TypedChange(Generic[M]):
+    """A Change with both sides as their models."""
+
+    key: Key
+    before: M | None
+    after: M
+
+    @property
+    def created(self) -> bool:
+        return self.before is None
+
+
+class TypedCache(Generic[M]):
+    """Objects of one kind by (namespace, name), each validated into its model once, when it enters.
+
+    The freshness rules are ObjectCache's (newest resourceVersion wins, deleted stays deleted); what comes out is
+    the model. A body the model refuses raises `Malformed` and leaves nothing of that object in the cache: the
+    caller says so on the object, and nothing acts on a version it cannot read.
+    """
+
+    def __init__(self, model: type[M]) -> None:
+        self.model = model
+        self.raw = ObjectCache()
+        self._objects: dict[Key, M] = {}
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._objects
+
+    def get(self, key: Key) -> M | None:
+        return self._objects.get(key)
+
+    def body(self, key: Key) -> Body | None:
+        """The object as the API server sent it, for the few places that pass it on unchanged."""
+        return self.raw.get(key)
+
+    def items(self) -> list[tuple[Key, M]]:
+        return list(self._objects.items())
+
+    def values(self) -> list[M]:
+        return list(self._objects.values())
+
+    def upsert(self, body: Body) -> TypedChange[M] | None:
+        """Keep body if it is newer than what is cached (None when it is not); `Malformed` if its model refuses it."""
+        key = key_of(body)
+        try:
+            obj = parse(self.model, body)
+        except Malformed:
+            self.raw.remove(body)
+            self._objects.pop(key, None)
+            raise
+        if self.raw.upsert(body) is None:
+            return None
+        before = self._objects.get(key)
+        self._objects[key] = obj
+        return TypedChange(key, before, obj)
+
+    def remove(self, body: Body) -> M | None:
+        """Forget the object (a DELETED event); returns what was cached."""
+        self.raw.remove(body)
+        return self._objects.pop(key_of(body), None)
