@@ -2,7 +2,7 @@
 
 A caller may wait minutes for a human's approval. Waiting must hold no thread: every thread a waiting
 caller held would be one fewer for everybody else's tool calls. So the gateway follows Intents on the
-event loop (`client.asyncapi`), with the caller's client configuration: the same API server, CA, bearer
+event loop (`kube.client`), with the caller's client configuration: the same API server, CA, bearer
 token or client certificate, and impersonation headers.
 
 A caller who may list and watch Intents in a namespace gets one watch there, kept while it has waiters

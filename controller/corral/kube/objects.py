@@ -1,6 +1,6 @@
 """The controller's calls to Kubernetes: server-side apply with named field managers, on the event loop.
 
-Every call goes through `client.asyncapi` (asynchronous HTTP with a connection pool), so no reconcile
+Every call goes through `kube.client` (asynchronous HTTP with a connection pool), so no reconcile
 ever blocks the loop or waits for a thread. Status goes through the status subresource; each write is
 counted by reason, because "no write when nothing changed" is a promise that tests measure. Writes
 return the object the API server answered with, so the caller can put it into its cache at once
