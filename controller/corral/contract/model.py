@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from corral.contract.allowlist import ACTION_TYPES, ActionKind, ValueType
 from corral.contract.text import safe_or_keep
+from corral.contract.values import InvalidValue, check
 
 Risk = Literal["low", "medium", "high", "critical"]
 ActuatorLevel = Literal["write", "config"]
@@ -149,8 +150,6 @@ class Actuator(_Frozen):
         if self.type == "counter" or self.action == "set_version":
             raise ValueError(f"actuator {self.id!r}: a {self.action} actuator cannot have a failsafe "
                              "(a failsafe never runs a momentary action or installs firmware)")
-        from corral.contract.values import InvalidValue, check  # values imports this module
-
         assert self.failsafe is not None
         try:
             check(self, self.failsafe.value)

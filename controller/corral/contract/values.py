@@ -4,6 +4,9 @@ The controller checks every value before it reaches a device (a desired state
 from `kubectl apply`, an Intent's parameters, an MCP tool call): wrong values
 are refused with a message that says what is allowed, never clamped or
 guessed. The firmware clamps as well, as a last line of defence.
+
+The checks read an actuator through `ActuatorShape`, which `contract.model.Actuator` fits: the model checks its own
+failsafe value with `check`, so this module does not import the model back.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
+from typing import Protocol
 
-from corral.contract.allowlist import COLOR_PATTERN
-from corral.contract.model import Actuator
+from corral.contract.allowlist import COLOR_PATTERN, ValueType
 
 Value = bool | int | float | str
 
@@ -22,11 +26,39 @@ _COLOR = re.compile(COLOR_PATTERN)
 _STEP_TOLERANCE = 1e-9
 
 
+class RangeShape(Protocol):
+    """A closed interval of allowed values (contract.model.Range)."""
+
+    @property
+    def min(self) -> float: ...
+    @property
+    def max(self) -> float: ...
+
+
+class ActuatorShape(Protocol):
+    """What checking a value reads of an actuator (contract.model.Actuator)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def type(self) -> ValueType: ...
+    @property
+    def values(self) -> Sequence[str] | None: ...
+    @property
+    def range(self) -> RangeShape | None: ...
+    @property
+    def step(self) -> float | None: ...
+    @property
+    def unit(self) -> str: ...
+
+
 class InvalidValue(ValueError):
     """The value does not fit the actuator; str() says what is allowed."""
 
 
-def allowed(actuator: Actuator) -> str:
+def allowed(actuator: ActuatorShape) -> str:
     """What the actuator accepts, in words, e.g. "one of off, low, mid, high"."""
     if actuator.type == "bool":
         return "true or false"
@@ -49,7 +81,7 @@ def shown(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def check(actuator: Actuator, value: object) -> Value:
+def check(actuator: ActuatorShape, value: object) -> Value:
     """Return the value in its canonical JSON type, or raise InvalidValue naming what is allowed."""
     what = f"{actuator.id} ({actuator.action}) takes {allowed(actuator)}"
     if actuator.type == "bool":
