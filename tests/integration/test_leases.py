@@ -22,11 +22,12 @@ import kubernetes
 import pytest
 
 from corral.api.codes import FINAL_PHASES, GROUP, VERSION
+from corral.api.lease import lease_name
 from corral.audit.log import read_records
 from corral.client.intents import submit
+from corral.decide.leases import parse
 from corral.devcluster.files import DEV_USER
 from corral.devcluster.plane import Plane
-from corral.reconcile.guards.leases import lease_name, parse
 from tests.controller_harness import CORRAL, ControllerProcess, device, set_target
 from tests.fleet_harness import running_fleet
 from tests.gateway_harness import (

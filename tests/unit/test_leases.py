@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from corral.api.lease import BROKEN_AT, BROKEN_BY, BROKEN_REASON, HOLDER, HOLDER_ID, REASON
 from corral.api.pause import Paused
 from corral.decide.decision import Broken, DeviceFacts, Guards, Lease, Policy, decide
-from corral.reconcile.guards.leases import BROKEN_AT, BROKEN_BY, BROKEN_REASON, HOLDER, HOLDER_ID, REASON, parse
+from corral.decide.leases import parse
 from tests.unit.test_decide import DEVICE, HASH, approval, intent
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

@@ -10,10 +10,11 @@ import click
 import kubernetes
 
 from corral.api.intent import LEASE_ACTUATOR
+from corral.api.lease import LABEL, LeaseObject
 from corral.cli.kubeopts import kube_options
 from corral.cli.outcomes import exit_status
 from corral.client.intents import identity, outcome_code, submit, wait_settled
-from corral.reconcile.guards.leases import LABEL, parse
+from corral.decide.leases import parse
 
 
 @click.group()
@@ -78,9 +79,9 @@ def list_leases(client: kubernetes.client.ApiClient, namespace: str) -> None:
     items = kubernetes.client.CoordinationV1Api(client).list_namespaced_lease(namespace, label_selector=LABEL).items
     shown = 0
     for item in items:
-        body = client.sanitize_for_serialization(item)
-        held, broken = parse(body)
-        device = body["metadata"]["labels"][LABEL]
+        obj = LeaseObject.model_validate(client.sanitize_for_serialization(item))
+        held, broken = parse(obj)
+        device = obj.device
         if held is not None:
             click.echo(f"{device}: {held.who()} until {held.expires_at:%H:%M:%S} UTC unless renewed: {held.reason}")
             shown += 1

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from corral.api.codes import READINGS_GROUP, READINGS_MAX_WINDOW_S, READINGS_PREFIX, READINGS_VERSION
+from corral.contract.model import Contract
 from corral.devices.telemetry import MetricRing, Reading
-from corral.reconcile.devices.port import DeviceView
 
 GROUP, VERSION, PREFIX = READINGS_GROUP, READINGS_VERSION, READINGS_PREFIX
 LISTEN_VERB = "listen"
@@ -30,8 +30,26 @@ DEFAULT_WINDOW_S = 60.0
 MAX_WINDOW_S = float(READINGS_MAX_WINDOW_S)
 
 
+class DeviceSeen(Protocol):
+    """What the readings document says of a Device besides its samples (the controller's DeviceView is one)."""
+
+    @property
+    def device_id(self) -> str | None: ...
+
+    @property
+    def exists(self) -> bool: ...
+
+    @property
+    def online(self) -> bool | None: ...
+
+    @property
+    def contract(self) -> Contract | None: ...
+
+
 class ReadingsSource(Protocol):
-    def view(self, namespace: str, name: str) -> DeviceView | None: ...
+    """Where the samples come from: the controller hands its device port in (serving never imports reconcile/)."""
+
+    def view(self, namespace: str, name: str) -> DeviceSeen | None: ...
 
     def rings(self, device_id: str) -> Mapping[str, MetricRing]: ...
 
