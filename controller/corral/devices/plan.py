@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from corral.contract.model import Contract
+from corral.contract.model import Actuator, Contract
 from corral.contract.values import InvalidValue, Value, check, same_value
 
 
@@ -85,49 +85,67 @@ def plan(
     `leave` names actuators the firmware moved to their failsafe value whose target is too old to drive again
     by itself: nothing is sent for them (an Intent's pinned command still is).
     """
-    commands: list[Command] = []
-    invalid: dict[str, str] = {}
-    drifted: list[str] = []
-    superseded: list[PinnedCommand] = []
-    held_back: list[str] = []
-    kept: list[str] = []
+    draft = _Draft()
     pins: dict[str, list[PinnedCommand]] = {}
     for pin in pinned:
         pins.setdefault(pin.actuator, []).append(pin)
     for actuator_id, wanted in sorted(target.items()):
         if actuator_id in held and actuator_id not in pins:
-            held_back.append(actuator_id)
+            draft.held.append(actuator_id)
             continue
-        actuator = contract.actuator(actuator_id)
-        if actuator is None:
-            known = ", ".join(a.id for a in contract.actuators) or "none"
-            invalid[actuator_id] = f"the device has no actuator {actuator_id!r} (actuators: {known})"
+        checked = _checked(contract, actuator_id, wanted)
+        if isinstance(checked, str):
+            draft.invalid[actuator_id] = checked
             continue
-        try:
-            value = check(actuator, wanted)
-        except InvalidValue as err:
-            invalid[actuator_id] = str(err)
-            continue
+        actuator, value = checked
         asked = pins.pop(actuator_id, [])
-        superseded += [p for p in asked if not same_value(p.value, value)]
+        draft.superseded += [p for p in asked if not same_value(p.value, value)]
         matching = [p for p in asked if same_value(p.value, value)]
         if matching:
-            commands += [Command(p.id, actuator_id, actuator.action, value) for p in matching]
+            draft.commands += [Command(p.id, actuator_id, actuator.action, value) for p in matching]
             continue
         if same_value(reported.get(actuator_id), value):
             continue
         if actuator_id in leave:
-            kept.append(actuator_id)
+            draft.left.append(actuator_id)
             continue
         if actuator_id in reached:
-            drifted.append(actuator_id)
+            draft.drifted.append(actuator_id)
             continue
-        commands.append(Command(command_id(uid, generation, epoch, actuator_id), actuator_id, actuator.action, value))
+        draft.commands.append(Command(command_id(uid, generation, epoch, actuator_id), actuator_id, actuator.action,
+                                      value))
     for left in pins.values():
-        superseded += left  # their actuator is not targeted (or not valid) any more
-    bump = drift == "Enforce" and bool(drifted)
-    if bump:
-        # Nothing is sent until the new epoch is on record; then the caller plans again.
-        return Plan(invalid=invalid, drifted=drifted, bump_epoch=True, superseded=superseded, held=held_back,
-                    left=kept)
-    return Plan(commands=commands, invalid=invalid, drifted=drifted, superseded=superseded, held=held_back, left=kept)
+        draft.superseded += left  # their actuator is not targeted (or not valid) any more
+    return draft.plan(drift)
+
+
+def _checked(contract: Contract, actuator_id: str, wanted: object) -> tuple[Actuator, Value] | str:
+    """The actuator and the target in its canonical type, or why the target cannot be sent."""
+    actuator = contract.actuator(actuator_id)
+    if actuator is None:
+        known = ", ".join(a.id for a in contract.actuators) or "none"
+        return f"the device has no actuator {actuator_id!r} (actuators: {known})"
+    try:
+        return actuator, check(actuator, wanted)
+    except InvalidValue as err:
+        return str(err)
+
+
+@dataclass
+class _Draft:
+    """The plan as plan() draws it up, actuator by actuator."""
+
+    commands: list[Command] = field(default_factory=list)
+    invalid: dict[str, str] = field(default_factory=dict)
+    drifted: list[str] = field(default_factory=list)
+    superseded: list[PinnedCommand] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+    def plan(self, drift: Literal["Enforce", "Observe"]) -> Plan:
+        if drift == "Enforce" and self.drifted:
+            # Nothing is sent until the new epoch is on record; then the caller plans again.
+            return Plan(invalid=self.invalid, drifted=self.drifted, bump_epoch=True, superseded=self.superseded,
+                        held=self.held, left=self.left)
+        return Plan(commands=self.commands, invalid=self.invalid, drifted=self.drifted, superseded=self.superseded,
+                    held=self.held, left=self.left)
