@@ -34,6 +34,9 @@ GATEWAY_AUDIENCE: Final = "corral-gateway"
 # The requester withdraws an Intent that has not run yet by setting this annotation (a reason) on it; an
 # admission policy lets nobody else set it, and the controller ends the Intent CANCELLED.
 CANCEL_ANNOTATION: Final = "corral.dev/cancel"
+# The Intent whose executed target a Device's spec.target write carries (server-side apply as INTENTS_MANAGER):
+# the Device controller names that Intent as the cause of the spec change (else the generation).
+INTENT_ANNOTATION: Final = "corral.dev/intent"
 # The W3C traceparent of the call that created an Intent (the gateway's tool call): audit records carry its trace
 # id, so it is read once, at creation, and an admission policy lets nobody change it afterwards.
 TRACEPARENT_ANNOTATION: Final = "corral.dev/traceparent"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.api.base import Resource
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import API_VERSION, GROUP, VERSION
 
 CATEGORIES = ["corral"]
 _DROPPED = {"title", "$defs", "examples"}
@@ -85,7 +85,7 @@ def crd_for(kind: type[Resource]) -> dict[str, Any]:
     root = structural(raw, defs)
     properties = root["properties"]
     # apiVersion, kind and metadata are the API server's to validate.
-    properties["apiVersion"] = {"type": "string", "description": "corral.dev/v1alpha1"}
+    properties["apiVersion"] = {"type": "string", "description": API_VERSION}
     properties["kind"] = {"type": "string", "description": kind.kind_name}
     properties["metadata"] = {"type": "object"}
     required = [name for name in root.pop("required", []) if name not in ("apiVersion", "kind", "metadata")]

@@ -241,8 +241,7 @@ def _checkpoint(path: Path | None, name: str | None, kubeconfig: str | None, con
             raise click.BadParameter(f"{name!r}: use NAMESPACE/NAME", param_hint="--checkpoint-object")
         objects = kubernetes.client.CustomObjectsApi(_kube(kubeconfig, context))
         try:
-            body = objects.get_namespaced_custom_object("corral.dev", "v1alpha1", namespace, "auditcheckpoints",
-                                                        object_name)
+            body = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "auditcheckpoints", object_name)
         except kubernetes.client.ApiException as err:
             raise click.ClickException(f"cannot read AuditCheckpoint {name}: {err.status} {api_message(err)}") from None
         if not body.get("spec"):

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-GROUP = "corral.dev"
+from corral.api.codes import GROUP
+
 LEVELS = ("read", "listen", "write", "config")
 
 

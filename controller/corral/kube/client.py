@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import kubernetes
 
-Body = dict[str, Any]
+from corral.kube.typed import Body
 
 JSON = "application/json"
 APPLY = "application/apply-patch+yaml"  # server-side apply; JSON is valid YAML

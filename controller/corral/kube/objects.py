@@ -13,11 +13,18 @@ from typing import Any
 
 import kubernetes
 
-from corral.api.codes import CONTROLLER_MANAGER, GROUP, INTENTS_MANAGER, OVERLAY_MANAGER, VERSION
+from corral.api.codes import (
+    API_VERSION,
+    CONTROLLER_MANAGER,
+    GROUP,
+    INTENT_ANNOTATION,
+    INTENTS_MANAGER,
+    OVERLAY_MANAGER,
+    VERSION,
+)
 from corral.kube.client import APPLY, MERGE, ApiError, AsyncApi, path_of
+from corral.kube.typed import Body
 from corral.obs import metrics
-
-Body = dict[str, Any]
 
 
 class FieldConflict(Exception):
@@ -95,7 +102,7 @@ class Kube:
     async def apply_status(self, plural: str, namespace: str, name: str, kind: str, status: dict[str, Any],
                            reason: str) -> Body:
         """Server-side apply of the whole status as `corral-controller`; the object as the server now has it."""
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "status": status}
+        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "status": status}
         written = await self.api.request("PATCH", path_of(GROUP, VERSION, plural, namespace, name, "status"),
                                          body=body, content_type=APPLY,
                                          params={"fieldManager": CONTROLLER_MANAGER, "force": "true"})
@@ -105,9 +112,9 @@ class Kube:
     async def apply_intent_target(self, namespace: str, device: str, target: dict[str, Any], intent: str) -> Body:
         """Apply spec.target as `corral-intents`, without force: a field another manager owns is a FieldConflict."""
         body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": API_VERSION,
             "kind": "Device",
-            "metadata": {"name": device, "annotations": {"corral.dev/intent": intent}},
+            "metadata": {"name": device, "annotations": {INTENT_ANNOTATION: intent}},
             "spec": {"target": target},
         }
         try:
