@@ -1,4 +1,5 @@
-"""kopf handlers: the controller's only contact with kopf. Each one is a line or two of glue.
+"""kopf handlers: the controller's only contact with kopf. Each one is a line or two of glue: the lifecycle
+(login, startup, cleanup, the probe) and one handler per watched kind, handing its events to the controller.
 
 Only watching handlers (`on.event`) are used: they keep no progress
 annotations on the objects, so the controller never writes to a Device's
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import base64
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 import kubernetes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from corral.api.codes import GROUP, VERSION
 from corral.audit.keys import AuditKeyError
@@ -44,11 +47,25 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+@dataclass
+class _Running:
+    """What startup made and cleanup ends."""
+
+    controller: Controller | None = None
+    recorder: EventRecorder | None = None
+
+
 def build_registry(config: ControllerConfig, intent_settings: IntentSettings | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-    state: dict[str, Any] = {}
     kube = Kube(kubernetes.client.Configuration.get_default_copy())
+    running = _Running()
+    _lifecycle(registry, config, intent_settings or IntentSettings(), kube, running)
+    _watches(registry, running)
+    return registry
 
+
+def _lifecycle(registry: kopf.OperatorRegistry, config: ControllerConfig, intent_settings: IntentSettings, kube: Kube,
+               running: _Running) -> None:
     @kopf.on.login(registry=registry)
     def login(settings: kopf.OperatorSettings, logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
         # Same credentials as the official client below: kubeconfig, or the in-cluster service account.
@@ -56,75 +73,81 @@ def build_registry(config: ControllerConfig, intent_settings: IntentSettings | N
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.peering.standalone = True
-        # The resources are known (Corral's own CRDs): no scanning of CRDs or namespaces, which would need
-        # list rights the controller's least-privilege role does not have.
-        settings.scanning.disabled = True
-        settings.posting.enabled = False  # our Events are posted by audit.events, with richer references
-        settings.watching.server_timeout = 300
-        settings.persistence.diffbase_storage = NoDiffBase()
-        keys: dict[str, Any] = {}
-        if config.signing_keys_secret:
-            namespace, _slash, name = config.signing_keys_secret.partition("/")
-            try:
-                raw = await kube.read_secret_data(namespace, name)
-                keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
-            except ApiError as err:
-                raise kopf.PermanentError(
-                    f"cannot read the signing keys Secret {config.signing_keys_secret}: {err.status} {err.message}"
-                ) from None
-            except ValueError as err:
-                raise kopf.PermanentError(f"Secret {config.signing_keys_secret}: {err}") from None
-            if not keys:
-                raise kopf.PermanentError(f"Secret {config.signing_keys_secret} holds no signing keys")
-            log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
+        _configure(settings)
+        keys = await _signing_keys(kube, config)
         recorder = EventRecorder(kube.create_event)
         try:
-            controller = Controller(config, intent_settings or IntentSettings(), kube, recorder, signing_keys=keys)
+            controller = Controller(config, intent_settings, kube, recorder, signing_keys=keys)
             await controller.start()
         except (AuditKeyError, InUse) as err:
             raise kopf.PermanentError(f"the audit log: {err}") from None
-        state["controller"] = controller
-        state["recorder"] = recorder
+        running.controller, running.recorder = controller, recorder
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        controller = state.pop("controller", None)
+        controller, recorder = running.controller, running.recorder
+        running.controller = running.recorder = None
         if controller is not None:
             await controller.stop()
-        recorder = state.pop("recorder", None)
         if recorder is not None:
             await recorder.close()
         await kube.close()
 
-    # kopf reports the objects found by its initial listing with event type None.
+    @kopf.on.probe(id="mqtt", registry=registry)
+    async def mqtt_probe(**_: Any) -> bool:
+        return running.controller is not None and running.controller.healthy
+
+
+def _watches(registry: kopf.OperatorRegistry, running: _Running) -> None:
+    """One handler per watched kind, each handing the event to the controller, which maps it to keys.
+    kopf reports the objects found by its initial listing with event type None."""
+
     @kopf.on.event(GROUP, VERSION, "devices", registry=registry)
     async def device_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller = state.get("controller")
-        if controller is not None:
-            controller.on_device_event(event.get("type") or "ADDED", dict(body))
+        if running.controller is not None:
+            running.controller.on_device_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.event(GROUP, VERSION, "intents", registry=registry)
     async def intent_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller = state.get("controller")
-        if controller is not None:
-            controller.on_intent_event(event.get("type") or "ADDED", dict(body))
+        if running.controller is not None:
+            running.controller.on_intent_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.event(GROUP, VERSION, "approvals", registry=registry)
     async def approval_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller = state.get("controller")
-        if controller is not None:
-            controller.on_approval_event(event.get("type") or "ADDED", dict(body))
+        if running.controller is not None:
+            running.controller.on_approval_event(event.get("type") or "ADDED", dict(body))
 
     @kopf.on.event(GROUP, VERSION, "approvalgrants", registry=registry)
     async def grant_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller = state.get("controller")
-        if controller is not None:
-            controller.on_grant_event(event.get("type") or "ADDED", dict(body))
+        if running.controller is not None:
+            running.controller.on_grant_event(event.get("type") or "ADDED", dict(body))
 
-    @kopf.on.probe(id="mqtt", registry=registry)
-    async def mqtt_probe(**_: Any) -> bool:
-        controller = state.get("controller")
-        return controller is not None and controller.healthy
 
-    return registry
+def _configure(settings: kopf.OperatorSettings) -> None:
+    settings.peering.standalone = True
+    # The resources are known (Corral's own CRDs): no scanning of CRDs or namespaces, which would need
+    # list rights the controller's least-privilege role does not have.
+    settings.scanning.disabled = True
+    settings.posting.enabled = False  # our Events are posted by kube.events, with richer references
+    settings.watching.server_timeout = 300
+    settings.persistence.diffbase_storage = NoDiffBase()
+
+
+async def _signing_keys(kube: Kube, config: ControllerConfig) -> dict[str, Ed25519PublicKey]:
+    """The public keys contracts may be signed with, from the configured Secret (none configured: none)."""
+    if not config.signing_keys_secret:
+        return {}
+    namespace, _slash, name = config.signing_keys_secret.partition("/")
+    try:
+        raw = await kube.read_secret_data(namespace, name)
+        keys = {key: load_public_key(key, base64.b64decode(value)) for key, value in raw.items()}
+    except ApiError as err:
+        raise kopf.PermanentError(
+            f"cannot read the signing keys Secret {config.signing_keys_secret}: {err.status} {err.message}"
+        ) from None
+    except ValueError as err:
+        raise kopf.PermanentError(f"Secret {config.signing_keys_secret}: {err}") from None
+    if not keys:
+        raise kopf.PermanentError(f"Secret {config.signing_keys_secret} holds no signing keys")
+    log.info("trusting %d contract signing key(s) from %s", len(keys), config.signing_keys_secret)
+    return keys

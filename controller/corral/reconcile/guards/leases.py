@@ -50,11 +50,12 @@ class LeaseTaken(Exception):
 
 
 class Leases:
-    def __init__(self, api: AsyncApi, namespaces: tuple[str, ...], on_change: Callable[[str, str], None],
+    def __init__(self, api: AsyncApi, namespaces: tuple[str, ...],
+                 on_change: Callable[[str, str], None] = lambda namespace, device: None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.api = api
         self._objects: dict[tuple[str, str], LeaseObject] = {}  # (namespace, device) -> its Lease
-        self._on_change = on_change
+        self.on_change = on_change  # the Device whose lease changed (the controller queues it)
         self._clock = clock
         self.informer = Informer(api, GROUP, VERSION, PLURAL, LABEL, namespaces, self._on_event)
         self._sweeper: list[asyncio.Task[None]] = []
@@ -84,7 +85,7 @@ class Leases:
             self._objects.pop(key, None)
         else:
             self._objects[key] = obj
-        self._on_change(*key)
+        self.on_change(*key)
 
     # ---- what guards an Intent --------------------------------------------------------------------------------
 
@@ -203,7 +204,7 @@ class Leases:
                 return False
             raise
         self._objects.pop((namespace, device), None)
-        self._on_change(namespace, device)
+        self.on_change(namespace, device)
         return True
 
     async def _sweep(self) -> None:
