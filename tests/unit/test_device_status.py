@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from corral.api.device import DeviceStatus
+from corral.api.device import Device, DeviceStatus
 from corral.contract.model import Contract, Sensor
 from corral.contract.trust import judge
 from corral.devices.plan import PinnedCommand, plan
@@ -206,8 +206,8 @@ def test_a_gone_accepted_contract_or_one_refused_mid_command_is_a_condition_not_
     reconciler = DeviceReconciler(ControllerConfig(mqtt_url="mqtt://127.0.0.1:1883"), nothing, nothing, nothing,
                                   nothing, nothing, nothing, nothing, nothing)
     rt = DeviceRuntime("lamp", contract=None, contract_error="contract version 1 is older than the accepted version 2")
-    device = {"metadata": {"name": "lamp", "namespace": "home", "uid": "u1", "generation": 2},
-              "spec": {"deviceId": "lamp", "target": {"power": True}}, "status": {}}
+    device = Device.model_validate({"metadata": {"name": "lamp", "namespace": "home", "uid": "u1", "generation": 2},
+                                    "spec": {"deviceId": "lamp", "target": {"power": True}}, "status": {}})
     result = reconciler._plan(rt, device, [])  # what drive planned after the command, once the contract was refused
     assert result.commands == []
     refused = reconciler._status(rt, device, result)

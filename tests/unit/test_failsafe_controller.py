@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from corral.api.device import Device
 from corral.contract.model import Contract
 from corral.contract.trust import widenings
 from corral.devices.heartbeat import Heartbeat, failsafes_too_soon, too_soon_note
@@ -183,13 +184,13 @@ def reconciler(max_age_s: float = 3600.0) -> DeviceReconciler:
     return DeviceReconciler(config, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)
 
 
-def heater_device(set_at: datetime, generation: int = 4, observed: int = 4, reported: bool = True) -> dict[str, Any]:
-    return {"metadata": {"name": "sht-1", "namespace": "home", "uid": UID, "generation": generation,
+def heater_device(set_at: datetime, generation: int = 4, observed: int = 4, reported: bool = True) -> Device:
+    return Device.model_validate({"metadata": {"name": "sht-1", "namespace": "home", "uid": UID, "generation": generation,
                          "managedFields": [{"manager": "kubectl", "operation": "Apply",
                                             "time": set_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
                                             "fieldsV1": {"f:spec": {"f:target": {"f:heater": {}}}}}]},
             "spec": {"deviceId": "sht-1", "target": {"heater": True}},
-            "status": {"observedGeneration": observed, "commandEpoch": 2, "reported": {"heater": reported}}}
+            "status": {"observedGeneration": observed, "commandEpoch": 2, "reported": {"heater": reported}}})
 
 
 def test_after_a_restart_a_target_that_status_shows_reached_counts_as_reached() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral.api.device import GuardingInterlock, InterlockedTarget
+from corral.api.device import Device, GuardingInterlock, InterlockedTarget
 from corral.api.interlock import Interlock
 from corral.contract.model import Contract
 from corral.decide.decision import DeviceFacts, Guards, IntentFacts, InterlockVerdict, Received, decide, recheck
@@ -213,6 +213,11 @@ def device_body(name: str, labels: dict[str, str] | None = None, status: dict[st
             "spec": {"deviceId": name, "target": {"open": True}}, "status": status or {}}
 
 
+def device_model(name: str, status: dict[str, Any] | None = None) -> Device:
+    """The Device as the device reconciler reads it: the model its cache holds."""
+    return Device.model_validate(device_body(name, status=status))
+
+
 def interlock_body(condition: str = MAIN_WATER.condition) -> dict[str, Any]:
     return {"apiVersion": "corral.dev/v1alpha1", "kind": "Interlock",
             "metadata": {"name": "main-water", "namespace": "home", "uid": "u-1", "resourceVersion": "5",
@@ -311,18 +316,18 @@ HELD = {"interlockedTargets": [{"actuator": "open", "value": True, "interlock": 
 def test_a_forbidden_target_is_not_driven_and_is_held_on_record() -> None:
     made, _rules, notices = reconciler(holds=False)
     rt = DeviceRuntime("main-water-valve")
-    result, held = made._interlocked(rt, device_body("main-water-valve"), Plan(commands=[OPEN_CMD]), [])
+    result, held = made._interlocked(rt, device_model("main-water-valve"), Plan(commands=[OPEN_CMD]), [])
     assert result.commands == []
     assert held == (InterlockedTarget(actuator="open", value=True, interlock="main-water", message=MESSAGE),)
     assert [reason for reason, _ in notices.posted] == ["Interlocked"]
-    made._interlocked(rt, device_body("main-water-valve"), Plan(commands=[OPEN_CMD]), [])
+    made._interlocked(rt, device_model("main-water-valve"), Plan(commands=[OPEN_CMD]), [])
     assert len(notices.posted) == 1, "said once"
 
 
 def test_a_held_target_is_not_driven_by_itself_once_the_rule_holds_only_a_changed_one_is() -> None:
     made, rules, _ = reconciler(holds=True)
     rt = DeviceRuntime("main-water-valve")
-    body = device_body("main-water-valve", status=HELD)
+    body = device_model("main-water-valve", status=HELD)
     result, held = made._interlocked(rt, body, Plan(commands=[OPEN_CMD]), [])
     assert result.commands == [] and [h.actuator for h in held] == ["open"]
     assert rules.asked == [], "not even judged again: the person's request was refused"
@@ -340,7 +345,7 @@ def test_an_executing_intents_own_command_goes_out() -> None:
         command_id = "i-0123456789abcdef01234567"
 
     pinned = Command(PinLike.command_id, "open", "set_state", True)
-    result, held = made._interlocked(rt, device_body("main-water-valve", status=HELD), Plan(commands=[pinned]),
+    result, held = made._interlocked(rt, device_model("main-water-valve", status=HELD), Plan(commands=[pinned]),
                                      [PinLike()])
     assert result.commands == [pinned] and held == ()
 

@@ -15,16 +15,18 @@ from typing import Any, Protocol
 
 from opentelemetry.context import Context
 
+from corral.api.device import Device
 from corral.contract.model import Contract
 from corral.decide.decision import Evidence, Received
 from corral.devices.commands import CommandTimeout
 from corral.devices.telemetry import MetricRing, Reading
-from corral.kube.cache import Body
+from corral.kube.cache import key_of
+from corral.kube.typed import Body
 from corral.kube.workqueue import WorkQueue
-from corral.reconcile.devices.cache import DeviceCache, device_id_of
+from corral.reconcile.devices.cache import DeviceCache
 from corral.reconcile.devices.driver import Driver, Pin
+from corral.reconcile.devices.listening import Listening
 from corral.reconcile.devices.notices import DeviceNotices
-from corral.reconcile.devices.reconciler import Listening
 from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.devices.targets import TargetApplier
 from corral.reconcile.devices.trust import ContractTrust
@@ -32,7 +34,9 @@ from corral.reconcile.devices.trust import ContractTrust
 
 @dataclass(frozen=True)
 class DeviceView:
-    """One Device and, if it is the one bound to its device id, what the controller knows of the device."""
+    """One Device and, if it is the one bound to its device id, what the controller knows of the device.
+
+    `body` is the Device as the API server sent it, for the readers that still take bodies; `device` its model."""
 
     body: Body
     device_id: str | None
@@ -43,6 +47,7 @@ class DeviceView:
     reported: Mapping[str, Any] = field(default_factory=dict)
     latest: Mapping[str, Reading] = field(default_factory=dict)
     hold: str | None = None  # why the device's changed contract waits for a person
+    device: Device | None = None
 
     @property
     def exists(self) -> bool:
@@ -84,19 +89,19 @@ class FleetPort:
         self.started = datetime.now(UTC)  # reading buffers are in memory: nothing older can be matched
 
     def view(self, namespace: str, name: str) -> DeviceView | None:
-        body = self.devices.get((namespace, name))
-        if body is None:
+        device, body = self.devices.device((namespace, name)), self.devices.get((namespace, name))
+        if device is None or body is None:
             return None
-        device_id = device_id_of(body)
-        bound = bool(device_id) and next(iter(self.devices.bound(device_id or "")), None) is body
-        rt = self.fleet.get(device_id) if bound and device_id else None
+        device_id = device.spec.device_id
+        bound = next(iter(self.devices.claims(device_id)), None) is device
+        rt = self.fleet.get(device_id) if bound else None
         if rt is None:
-            return DeviceView(body, device_id, bound, known=False)
+            return DeviceView(body, device_id, bound, known=False, device=device)
         # Decisions judge by the contract with the cluster's risk floors, never lower than the device claims.
-        contract = self.trust.effective(rt.contract, body) if rt.contract is not None else None
+        contract = self.trust.effective(rt.contract, device) if rt.contract is not None else None
         return DeviceView(body, device_id, bound, known=True, contract=contract, online=rt.online,
                           reported=dict(rt.reported), latest=dict(rt.buffer.latest),
-                          hold="; ".join(rt.hold) if rt.hold else None)
+                          hold="; ".join(rt.hold) if rt.hold else None, device=device)
 
     def still_listening(self) -> bool:
         return self.listening.still_listening()
@@ -134,9 +139,8 @@ class FleetPort:
         if rt is not None and rt.hold:
             contract = self.trust.capabilities.contract(rt.accepted_capability, device_id)
         sensor = next((s for s in contract.sensors if s.metric == metric), None) if contract is not None else None
-        body = next(iter(self.devices.bound(device_id)), None)
-        limits = ((body or {}).get("spec") or {}).get("freshness") or {}
-        override = limits.get(metric)
+        device = next(iter(self.devices.claims(device_id)), None)
+        override = (device.spec.freshness or {}).get(metric) if device is not None else None
         return (sensor.interval_s if sensor is not None else None,
                 float(override) if isinstance(override, int | float) and not isinstance(override, bool) else None)
 
@@ -165,7 +169,7 @@ class FleetPort:
 
     async def apply_target(self, pin: Pin, device: Body, intent: str) -> Body:
         """Set the Device's target to the pin's value; the device reconciler then sends the pinned command."""
-        latest = self.devices.get((device["metadata"]["namespace"], device["metadata"]["name"])) or device
+        latest = self.devices.get(key_of(device)) or device
         written = await self.applier.apply(latest, pin.actuator, pin.value, intent)
         pin.applied_generation = int(written["metadata"]["generation"])
         # The device reconciler acts on the answer now, not one watch hop later.

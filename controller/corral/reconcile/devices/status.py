@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from corral.api.device import DeviceStatus, GuardingInterlock, InterlockedTarget, SensorReading
+from corral.api.device import Device, DeviceStatus, GuardingInterlock, InterlockedTarget, SensorReading
 from corral.contract.model import Sensor
 from corral.contract.values import shown
 from corral.devices.plan import Plan
@@ -73,6 +73,13 @@ def parse(status: Mapping[str, Any] | None) -> DeviceStatus | None:
         return None
 
 
+def recorded(device: Device) -> DeviceStatus | None:
+    """The Device's status on record; None when it has none (or none the model could read: see `cache`), as
+    `parse` says of a body's status."""
+    status = device.status
+    return status if status is not None and status.model_fields_set else None
+
+
 def serialize(status: DeviceStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -118,25 +125,7 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         else:
             wanted.append(Wanted("ContractAccepted", "True", "Accepted",
                                  f"Capability {observed.accepted_capability or observed.capability}", generation))
-        if observed.interlocked:
-            message = interlocked_message(observed.interlocked)
-            wanted.append(Wanted("Interlocked", "True", "InterlockForbids", message, generation))
-            if verdict.in_sync:  # else what else keeps it from its target is said; this condition says the rest
-                verdict = Verdict(False, "Interlocked", message)
-        elif observed.interlocks:
-            wanted.append(Wanted("Interlocked", "False", "NoTargetHeld",
-                                 f"Guarded by {', '.join(i.name for i in observed.interlocks)}; no target is held.",
-                                 generation))
-        if observed.lease_held:
-            wanted.append(Wanted("Leased", "True", "TargetHeldForLease", observed.lease_held, generation))
-            if verdict.in_sync:
-                verdict = Verdict(False, "Leased", observed.lease_held)
-        elif any(c.type == "Leased" for c in (previous.conditions if previous else [])):  # once there, it stays
-            wanted.append(Wanted("Leased", "False", "LeaseEnded", "No target is held for a lease.", generation))
-        if observed.failsafe is not None:
-            wanted.append(Wanted("Failsafe", "True", observed.failsafe[0], observed.failsafe[1], generation))
-        elif any(c.type == "Failsafe" and c.status == "True" for c in (previous.conditions if previous else [])):
-            wanted.append(Wanted("Failsafe", "False", "Cleared", "No actuator sits at its failsafe value.", generation))
+        verdict = _held_conditions(observed, previous, verdict, wanted)
         in_sync = verdict.in_sync
         wanted.append(Wanted("ContractValid", "True", "Accepted", f"Capability {observed.capability}", generation))
         wanted.append(Wanted("InSync", "True" if in_sync else "False", verdict.reason, verdict.message, generation))
@@ -163,6 +152,34 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         observed_generation=generation,
         command_epoch=observed.command_epoch or None,
     )
+
+
+def _held_conditions(observed: Observed, previous: DeviceStatus | None, verdict: Verdict, wanted: list[Wanted]
+                     ) -> Verdict:
+    """The conditions Interlocked, Leased and Failsafe (appended to `wanted`), and the verdict they leave: a held
+    target keeps a device that is otherwise at its target from being in sync."""
+    generation = observed.generation
+    before = previous.conditions if previous else []
+    if observed.interlocked:
+        message = interlocked_message(observed.interlocked)
+        wanted.append(Wanted("Interlocked", "True", "InterlockForbids", message, generation))
+        if verdict.in_sync:  # else what else keeps it from its target is said; this condition says the rest
+            verdict = Verdict(False, "Interlocked", message)
+    elif observed.interlocks:
+        wanted.append(Wanted("Interlocked", "False", "NoTargetHeld",
+                             f"Guarded by {', '.join(i.name for i in observed.interlocks)}; no target is held.",
+                             generation))
+    if observed.lease_held:
+        wanted.append(Wanted("Leased", "True", "TargetHeldForLease", observed.lease_held, generation))
+        if verdict.in_sync:
+            verdict = Verdict(False, "Leased", observed.lease_held)
+    elif any(c.type == "Leased" for c in before):  # once there, it stays
+        wanted.append(Wanted("Leased", "False", "LeaseEnded", "No target is held for a lease.", generation))
+    if observed.failsafe is not None:
+        wanted.append(Wanted("Failsafe", "True", observed.failsafe[0], observed.failsafe[1], generation))
+    elif any(c.type == "Failsafe" and c.status == "True" for c in before):
+        wanted.append(Wanted("Failsafe", "False", "Cleared", "No actuator sits at its failsafe value.", generation))
+    return verdict
 
 
 def interlocked_message(held: tuple[InterlockedTarget, ...]) -> str:
@@ -197,6 +214,14 @@ def duplicate_status(previous: DeviceStatus | None, generation: int | None, mess
     ]
     return DeviceStatus(conditions=merge(previous.conditions if previous else [], wanted, now),
                         observed_generation=generation)
+
+
+def malformed_status(previous: DeviceStatus | None, generation: int | None, message: str, now: datetime
+                     ) -> DeviceStatus:
+    """A Device its model refuses: what is on record stays, and Ready says why it is not driven."""
+    kept = previous or DeviceStatus()
+    wanted = [Wanted("Ready", "False", "Malformed", message, generation)]
+    return kept.model_copy(update={"conditions": merge(kept.conditions, wanted, now)})
 
 
 def to_write(status: DeviceStatus, previous: DeviceStatus | None, last_seen: datetime | None,

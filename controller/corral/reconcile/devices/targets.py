@@ -23,12 +23,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from corral.api.codes import INTENTS_MANAGER
+from corral.api.device import Device
 from corral.kube.cache import Key, key_of, newer
 from corral.kube.objects import FieldConflict
+from corral.kube.typed import Body
 
 log = logging.getLogger(__name__)
 
-Body = dict[str, Any]
 _REMEMBERED = 50_000
 
 
@@ -36,7 +37,7 @@ def owned_target(device: Body, manager: str = INTENTS_MANAGER) -> dict[str, Any]
     """Target entries this field manager applied before: a new apply must repeat them, or they are removed."""
     target = (device.get("spec") or {}).get("target") or {}
     owned: dict[str, Any] = {}
-    for entry in device["metadata"].get("managedFields") or []:
+    for entry in managed_fields(device):
         if entry.get("manager") != manager or entry.get("operation") != "Apply":
             continue
         fields = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:target") or {}
@@ -47,12 +48,19 @@ def owned_target(device: Body, manager: str = INTENTS_MANAGER) -> dict[str, Any]
     return owned
 
 
-def target_set_at(device: Body, actuator: str) -> datetime | None:
+def managed_fields(device: Body | Device) -> list[dict[str, Any]]:
+    """The object's managedFields: the model keeps them as they came (ObjectMeta allows what it does not name)."""
+    if isinstance(device, Device):
+        return list((device.metadata.model_extra or {}).get("managedFields") or [])
+    return list(device["metadata"].get("managedFields") or [])
+
+
+def target_set_at(device: Body | Device, actuator: str) -> datetime | None:
     """When spec.target[actuator] was last set, as the API server's managedFields tell it: the newest time of a
     field manager that owns it. A manager's time moves whenever it changes the Device at all, so this is never
     earlier than the true moment (a target looks younger, never older). None when no entry says."""
     times = []
-    for entry in device["metadata"].get("managedFields") or []:
+    for entry in managed_fields(device):
         fields = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:target") or {}
         if f"f:{actuator}" in fields and entry.get("time"):
             try:
