@@ -4,7 +4,8 @@ A use is consumed atomically: the grant is read from the API server and its stat
 resourceVersion it was read at, so two Intents racing for the last use cannot both get it (the loser reads
 again and finds none left). A grant that was deleted (revoked) cannot be consumed: the read finds nothing.
 The consuming Intent's UID goes into the status with the use, so an Intent decided again after a restart
-does not spend a second one.
+does not spend a second one. Grants are read into their model where they enter (the cache, or the read
+before a use is spent); one that does not parse covers nothing.
 """
 
 from __future__ import annotations
@@ -14,16 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from pydantic import ValidationError
-
 from corral.api.codes import CONTROLLER_MANAGER, GROUP, VERSION
 from corral.api.grant import ApprovalGrant, ApprovalGrantStatus, GrantUse
 from corral.decide.approvals import People
 from corral.decide.grants import GrantView, covering
 from corral.kube.access import AccessReviews
-from corral.kube.cache import Body, ObjectCache
+from corral.kube.cache import TypedCache
 from corral.kube.client import MERGE, ApiError, path_of
 from corral.kube.objects import Kube
+from corral.kube.typed import Body, Malformed, parse
 from corral.obs import metrics
 from corral.reconcile.guards.interlocks import selector_of
 
@@ -46,26 +46,34 @@ class Grants:
     def __init__(self, kube: Kube, access: AccessReviews) -> None:
         self.kube = kube
         self.access = access
-        self.cache = ObjectCache()
+        self.cache: TypedCache[ApprovalGrant] = TypedCache(ApprovalGrant)
 
     def on_event(self, event_type: str, body: Body) -> bool:
         """Keep the cache; True when a grant appeared (waiting Intents it covers may run now)."""
         if event_type == "DELETED":
             self.cache.remove(body)
             return False
-        return self.cache.upsert(body) is not None and event_type == "ADDED"
+        return self._keep(body) and event_type == "ADDED"
+
+    def _keep(self, body: Body) -> bool:
+        try:
+            return self.cache.upsert(body) is not None
+        except Malformed as err:
+            log.warning("%s; it covers nothing", err)
+            return False
 
     async def covering(self, namespace: str, requester: str, device: str, labels: Mapping[str, str], actuator: str,
                        value: object, risk: str, now: datetime, people: People) -> list[GrantView]:
         """The grants in the namespace that cover this action, the grantor's `approve` right asked now."""
-        candidates = [v for (ns, _), body in sorted(self.cache.items())
-                      if ns == namespace and (v := _view(body, True)) is not None]
+        candidates = [_view(grant, True) for (ns, _), grant in sorted(self.cache.items(), key=lambda item: item[0])
+                      if ns == namespace]
         # The right is asked only of the grantors whose grants cover everything else: one review, not one per grant.
         found = covering(candidates, requester, device, labels, actuator, value, risk, now, people)
         checked = []
         for view in found:
-            spec = (self.cache.get((namespace, view.name)) or {}).get("spec") or {}
-            may = await self.access.may(view.grantor, "approve", namespace, device, spec.get("grantorGroups"))
+            grant = self.cache.get((namespace, view.name))
+            groups = grant.spec.grantor_groups if grant is not None else None
+            may = await self.access.may(view.grantor, "approve", namespace, device, groups)
             checked.append(replace(view, grantor_may_approve=may))
         return covering(checked, requester, device, labels, actuator, value, risk, now, people)
 
@@ -79,8 +87,10 @@ class Grants:
                 if err.status == 404:
                     return None
                 raise
-            grant = _parsed(body)
-            if grant is None:
+            try:
+                grant = parse(ApprovalGrant, body)
+            except Malformed as err:
+                log.warning("%s; it covers nothing", err)
                 return None
             status = grant.status or ApprovalGrantStatus()
             if any(use.uid == uid for use in status.consumed_by):
@@ -92,7 +102,7 @@ class Grants:
             new = ApprovalGrantStatus(used=used, consumed_by=[*status.consumed_by, GrantUse(
                 intent=intent, uid=uid, at=now.replace(microsecond=0))],
                 message=f"Use {used} of {grant.spec.uses}: Intent {intent}.")
-            patch = {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+            patch = {"metadata": {"resourceVersion": grant.metadata.resource_version},
                      "status": new.model_dump(mode="json", by_alias=True)}
             try:
                 written = await self.kube.api.request("PATCH", f"{path}/status", body=patch, content_type=MERGE,
@@ -104,29 +114,17 @@ class Grants:
                     return None
                 raise
             metrics.STATUS_WRITES.labels(reason="grant-used").inc()
-            self.cache.upsert(written)
+            self._keep(written)
             return Spent(name, grant.spec.grantor, used, grant.spec.uses)
         log.warning("ApprovalGrant %s/%s: gave up consuming a use after %d conflicting writes", namespace, name,
                     CONSUME_ATTEMPTS)
         return None
 
 
-def _parsed(body: Body) -> ApprovalGrant | None:
-    try:
-        return ApprovalGrant.model_validate(body)
-    except ValidationError as err:
-        log.warning("ApprovalGrant %s/%s does not parse; it covers nothing: %s", body["metadata"].get("namespace"),
-                    body["metadata"].get("name"), err.errors()[0]["msg"] if err.errors() else err)
-        return None
-
-
-def _view(body: Body, grantor_may_approve: bool) -> GrantView | None:
-    grant = _parsed(body)
-    if grant is None:
-        return None
+def _view(grant: ApprovalGrant, grantor_may_approve: bool) -> GrantView:
     spec, status = grant.spec, grant.status or ApprovalGrantStatus()
     return GrantView(
-        name=body["metadata"]["name"], grantor=spec.grantor, grantor_may_approve=grantor_may_approve,
+        name=grant.metadata.name or "", grantor=spec.grantor, grantor_may_approve=grantor_may_approve,
         requester=spec.requester, actuators=frozenset(spec.actuators), uses=spec.uses, used=status.used,
         expires_at=spec.expires_at, devices=frozenset(spec.devices), selector=selector_of(spec.selector),
         values=tuple(spec.values), minimum=spec.range.minimum if spec.range else None,

@@ -1,0 +1,225 @@
+"""Execution: the second reconciler of the Intent controller, one key per Device, so one Device's Intents never race.
+
+The decision hands an actuating Intent over (`hand_over`); `ExecutionReconciler.reconcile(device_key)` then
+executes the Intents ready for that Device one after another. Right before anything runs it checks scope,
+pause, hold, interlocks and the lease again, then puts `Executing` on record, with the command id and the state
+before, and only then pins the command and applies the target. A controller restarted at any point resumes an
+Intent found Executing with the same command id; it never decides it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from corral.api.codes import FINAL_PHASES
+from corral.audit.decisions import EXECUTING
+from corral.audit.log import AuditLog, Unwritable
+from corral.contract.values import shown
+from corral.decide.decision import Decision
+from corral.kube.cache import Key, TypedCache
+from corral.kube.objects import FieldConflict
+from corral.kube.workqueue import Result, WorkQueue
+from corral.obs import tracing
+from corral.reconcile.devices.driver import DeviceGone, DeviceRefused, Superseded
+from corral.reconcile.devices.port import DevicePort, DeviceView
+from corral.reconcile.intents.effects import Effects
+from corral.reconcile.intents.facts import (
+    StoredIntent,
+    checked_value,
+    name_of,
+    namespace_of,
+    status_of,
+    trace_source,
+    uid_of,
+)
+from corral.reconcile.intents.gather import Gatherer
+from corral.reconcile.intents.outcomes import Outcomes
+from corral.reconcile.intents.settings import AUDIT_RECHECK_S, IntentSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """An Intent handed to execution: what the decision established (None when resumed after a restart)."""
+
+    key: Key
+    decision: Decision | None
+
+
+def new_command_id() -> str:
+    """Unguessable, and short enough for the firmware's dedup memory."""
+    return "i-" + secrets.token_hex(12)
+
+
+class Handovers:
+    """The Intents handed over to execution, by Device, in order; the execution queue holds their Devices."""
+
+    def __init__(self) -> None:
+        self.queue: WorkQueue[Key] = WorkQueue("executions")  # keys are (namespace, device name)
+        self.ready: dict[Key, list[Ready]] = {}
+
+    def hand_over(self, key: Key, intent: StoredIntent, decision: Decision | None) -> None:
+        device_key = (key[0], intent.spec.device)
+        ready = self.ready.setdefault(device_key, [])
+        if all(r.key != key for r in ready):
+            ready.append(Ready(key, decision))
+        self.queue.add(device_key)
+
+    def handed_over(self, key: Key, intent: StoredIntent) -> bool:
+        return any(r.key == key for r in self.ready.get((key[0], intent.spec.device), []))
+
+
+class ExecutionReconciler:
+    """Executes the Intents handed over for each Device, in the order they were handed over."""
+
+    def __init__(self, settings: IntentSettings, handovers: Handovers, intents: TypedCache[StoredIntent],
+                 devices: DevicePort, outcomes: Outcomes, gatherer: Gatherer, effects: Effects, audit: AuditLog,
+                 decisions: WorkQueue[Key]) -> None:
+        self.settings = settings
+        self.handovers = handovers
+        self.intents = intents
+        self.devices = devices
+        self.outcomes = outcomes
+        self.gatherer = gatherer
+        self.effects = effects
+        self.audit = audit
+        self.decisions = decisions  # the Intent queue: an executed Intent is reconciled again there
+
+    async def reconcile(self, device_key: Key) -> Result:
+        """Execute the next Intent ready for this Device; the queue runs one per Device at a time."""
+        ready = self.handovers.ready.get(device_key, [])
+        while ready:
+            item = ready[0]
+            intent = self.intents.get(item.key)
+            if intent is not None and status_of(intent).phase not in FINAL_PHASES:
+                try:
+                    await self._run(item, intent)
+                finally:
+                    ready.pop(0)
+                break
+            ready.pop(0)
+        if not ready:
+            self.handovers.ready.pop(device_key, None)
+            return Result.done()
+        return Result.after(0)
+
+    async def _run(self, item: Ready, intent: StoredIntent) -> None:
+        with tracing.tracer().start_as_current_span(
+                "corral.intent.execute", context=tracing.context_of(self.outcomes.traces.of(trace_source(intent))),
+                attributes={"corral.intent": name_of(intent)}):
+            try:
+                await self._execute(intent, item.decision)
+            except Unwritable:
+                self.decisions.add_after(item.key, AUDIT_RECHECK_S)  # it waits, and says why
+            except Exception:
+                # Decided again from what is on record (Pending, or Executing: then resumed).
+                delay = self.decisions.add_rate_limited(item.key)
+                log.exception("executing Intent %s failed; deciding it again in %.2f s", name_of(intent), delay)
+            else:
+                self.decisions.add(item.key)  # it is final now: its housekeeping is the Intent's own
+
+    async def _execute(self, intent: StoredIntent, decision: Decision | None) -> None:
+        spec, status = intent.spec, status_of(intent)
+        view = self.devices.view(namespace_of(intent), spec.device)
+        value = checked_value(view, intent)
+        if view is None or not view.exists or view.contract is None or value is None or view.device_id is None:
+            if view is not None and view.device_id and status.command_id:
+                self.devices.release_command(view.device_id, status.command_id)  # primed at start
+            await self.outcomes.finish(intent, view, "DEVICE_GONE", f"Device {spec.device} disappeared, or its "
+                                       "contract changed, before execution; nothing was sent.", {})
+            return
+        if decision is None:  # resumed after a restart: carried on with its own command id
+            await self._drive(intent, view, value, status.command_id or new_command_id(), None)
+            return
+        started = await self._start(intent, view, value, decision)
+        if started is not None:
+            await self._drive(started[0], view, value, started[1], decision)
+
+    async def _start(self, intent: StoredIntent, view: DeviceView, value: Any,
+                     decision: Decision) -> tuple[StoredIntent, str] | None:
+        """Checked once more, then Executing on record and in status, with a new command id; None when the check
+        refused it."""
+        denial = await self.gatherer.recheck(intent, view)
+        if denial is not None:
+            assert denial.code is not None
+            await self.outcomes.finish(intent, view, denial.code, denial.message, {})
+            return None
+        namespace, command_id = namespace_of(intent), new_command_id()
+        # On record first: from here on a restart resumes this execution (with this command id).
+        executing = {"phase": "Executing", "message": decision.message, "before": dict(view.reported),
+                     "approval": ",".join(decision.approvals) or None, "grant": decision.grant,
+                     "command_id": command_id}
+        await self.outcomes.record(EXECUTING, intent, {
+            "message": decision.message, "before": executing["before"], "approval": executing["approval"],
+            "grant": decision.grant, "commandId": command_id, "value": value,
+            "approvers": self.outcomes.approvers(namespace, decision.approvals)})
+        for approval in decision.approvals:
+            self.audit.note("approval.accepted", f"{namespace}/{approval}",
+                            {"intent": name_of(intent), "intentUid": uid_of(intent)})
+        return await self.outcomes.write(intent, executing, "executing"), command_id
+
+    async def _drive(self, intent: StoredIntent, view: DeviceView, value: Any, command_id: str,
+                     decision: Decision | None) -> None:
+        """Pin the command, apply the target, and wait for the device's answer."""
+        assert view.device_id is not None
+        spec = intent.spec
+        pin = self.devices.pin(view.device_id, spec.actuator, value, command_id, name_of(intent),
+                               otel_context.get_current())
+        try:
+            consumed = asyncio.gather(*(self.effects.consume(intent, name)
+                                        for name in (decision.approvals if decision else ())))
+            try:
+                await self.devices.apply_target(pin, view.body, intent.metadata.name or "")
+            finally:
+                await consumed
+            await self._await_device(intent, view, pin.future, value, decision is None, command_id)
+        except FieldConflict as conflict:
+            await self.outcomes.finish(
+                intent, view, "FAILED",
+                f"Not applied: spec.target.{spec.actuator} of Device {spec.device} is managed by someone else "
+                f"({conflict}). Corral does not overwrite a person's settings; they hand it back by removing their "
+                f"value (kubectl patch device {spec.device} -n {namespace_of(intent)} --type merge -p "
+                f"'{{\"spec\":{{\"target\":{{\"{spec.actuator}\":null}}}}}}', or dropping the field from the "
+                f"manifest they apply), or set the new value themselves.", {})
+        finally:
+            self.devices.release(pin)
+
+    async def _await_device(self, intent: StoredIntent, view: DeviceView, reached: asyncio.Future[dict[str, Any]],
+                            value: Any, resumed: bool, command_id: str) -> None:
+        spec = intent.spec
+        timeout = self.settings.execution_timeout_s
+        try:
+            after = await asyncio.wait_for(asyncio.shield(reached), timeout)
+        except TimeoutError:
+            await self.outcomes.finish(
+                intent, view, "TIMEOUT", f"The device did not acknowledge command {command_id} ({spec.actuator}="
+                f"{shown(value)}) within {timeout:g} s. The target stays set; the controller keeps driving the "
+                "device there.", {})
+            return
+        except DeviceRefused as refusal:
+            # The device's words are data: quoted and labelled in the message, and kept apart in deviceError.
+            said = str(refusal)
+            await self.outcomes.finish(intent, view, "FAILED", f"The device refused; it reported (untrusted text): "
+                                       f"{json.dumps(said, ensure_ascii=False)}.", {"device_error": said})
+            return
+        except Superseded as superseded:
+            await self.outcomes.finish(intent, view, "FAILED", f"Not executed: {superseded}.", {})
+            return
+        except DeviceGone as gone:
+            await self.outcomes.finish(intent, view, "DEVICE_GONE", f"Not acknowledged: {gone}.", {})
+            return
+        before = status_of(intent).before or {}
+        changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
+        what = ", ".join(f"{k} {shown(b)} -> {shown(a)}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
+        await self.outcomes.finish(intent, view, "EXECUTED",
+                                   f"{spec.action} {spec.actuator}={shown(value)} done; the device acknowledged "
+                                   f"command {command_id} ({what})" + (" after a restart." if resumed else "."),
+                                   {"before": before, "after": after})
