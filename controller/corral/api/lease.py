@@ -97,6 +97,11 @@ def tombstone(current: Body, by: str, reason: str, now: datetime) -> Body:
             "spec": {**current.get("spec", {}), "holderIdentity": None}}
 
 
+def versioned(body: Body, resource_version: str | None) -> Body:
+    """The body to write over the Lease read at `resource_version`: the API server refuses it if that has changed."""
+    return {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
+
+
 def micro(moment: datetime) -> str:
     """A MicroTime, as Lease fields are written."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

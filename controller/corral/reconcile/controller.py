@@ -7,10 +7,10 @@ Three queues, each worked by one reconciler (`async def reconcile(key) -> Result
   a device's messages), from Device watch events that passed a generation predicate (kubebuilder's: a Device is
   reconciled when its spec changed, not when only its status, labels or annotations did, and never for the
   controller's own writes, whose answers the caches hold already), from a changed Interlock (every Device of its
-  namespace) and from a changed lease (its Device).
-- `decisions` and `executions` (Intents), worked by `intents.IntentReconciler`. Keys come from Intent, Approval
-  and ApprovalGrant watch events and from a changed AgentPause (the undecided Intents of its namespace); a
-  decision to execute queues the Intent for execution.
+  namespace) and from a changed lease (its Device): devices/wiring.py maps each of those events to device ids.
+- `decisions` and `executions` (Intents), worked by the Intent controller's two reconcilers (intents/wiring.py).
+  Keys come from Intent, Approval and ApprovalGrant watch events and from a changed AgentPause (the undecided
+  Intents of its namespace); a decision to execute queues the Intent for execution.
 
 The guards (Interlocks, leases, AgentPauses: reconcile/guards) are listed before anything is decided or driven.
 What each event queues is declared here (`_watch` and the `on_*_event` inputs), not inside the reconcilers.
@@ -39,14 +39,16 @@ from corral.kube.objects import Kube
 from corral.kube.workqueue import WorkQueue, run_workers
 from corral.notify.sender import Notifier
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.devices.cache import DeviceCache, device_id_of
+from corral.reconcile.devices.cache import DeviceCache
 from corral.reconcile.devices.capabilities import Capabilities
+from corral.reconcile.devices.listening import Listening
 from corral.reconcile.devices.notices import DeviceNotices
 from corral.reconcile.devices.port import FleetPort
-from corral.reconcile.devices.reconciler import DeviceReconciler, Listening
+from corral.reconcile.devices.reconciler import DeviceReconciler
 from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.devices.targets import TargetApplier
 from corral.reconcile.devices.trust import ContractTrust
+from corral.reconcile.devices.wiring import DeviceEvents
 from corral.reconcile.guards.interlocks import Interlocks
 from corral.reconcile.guards.leases import Leases
 from corral.reconcile.guards.pauses import AgentPauses
@@ -110,29 +112,17 @@ class Controller:
 
     def _watch(self) -> None:
         """The guards' changes, mapped to keys. The kinds kopf watches come in through the `on_*_event` inputs."""
-        # A namespace's rules changed: its Devices list them in status, and judge their targets anew.
-        self.interlocks.on_change = self._devices_of_namespace
-        # A lease that ends lets the Device's held targets be driven.
-        self.leases.on_change = self._device_named
+        # Device ids (devices/wiring.py): a Device's own events pass the generation predicate; a namespace's changed
+        # rules queue its Devices (their status lists them, their targets are judged anew); a lease that changed
+        # queues its Device (a target held for it may be driven now).
+        self.device_events = DeviceEvents(self.devices, self.queue, adopt=self.mqtt.ingest.adopt)
+        self.interlocks.on_change = self.device_events.on_interlocks_changed
+        self.leases.on_change = self.device_events.on_lease_changed
         # A pause (or its end) decides the namespace's undecided Intents again.
         self.pauses.on_change = self.intents.on_pause_change
 
     def on_device_event(self, event_type: str, body: Body) -> None:
-        if event_type == "DELETED":
-            old = self.devices.remove(body)
-            device_id = device_id_of(old or body)
-            if device_id:
-                self.queue.add(device_id)
-            return
-        change = self.devices.upsert(body)
-        if change is None or not change.generation_changed:
-            return  # an older copy, or only status, labels or annotations changed: nothing to drive
-        device_id = device_id_of(body)
-        if device_id:
-            self.mqtt.ingest.adopt(device_id)  # it may have announced itself before it was enrolled
-            self.queue.add(device_id)
-        if change.before is not None and device_id_of(change.before) not in (None, device_id):
-            self.queue.add(device_id_of(change.before) or "")
+        self.device_events.on_device_event(event_type, body)
 
     def on_intent_event(self, event_type: str, body: Body) -> None:
         self.intents.on_intent_event(event_type, body)
@@ -142,18 +132,6 @@ class Controller:
 
     def on_grant_event(self, event_type: str, body: Body) -> None:
         self.intents.on_grant_event(event_type, body)
-
-    def _devices_of_namespace(self, namespace: str) -> None:
-        for (ns, _name), body in self.devices.items():
-            device_id = device_id_of(body)
-            if ns == namespace and device_id:
-                self.queue.add(device_id)
-
-    def _device_named(self, namespace: str, name: str) -> None:
-        body = self.devices.get((namespace, name))
-        device_id = device_id_of(body) if body is not None else None
-        if device_id:
-            self.queue.add(device_id)
 
     # ---- start and stop -------------------------------------------------------------------------------------
 

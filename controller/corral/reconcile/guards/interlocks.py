@@ -6,20 +6,23 @@ what the pure `decide.interlocks` says over the namespace's Devices as the contr
 reported state, whether they are online, and their latest readings by when the controller received them.
 
 Whether a condition compiled is the Interlock's status condition `Compiled`, written (server-side apply, status
-subresource) only when it changed.
+subresource) only when it changed. Interlocks are read as `api.interlock.Interlock` models where they enter
+(kube.watched); one the model refuses guards nothing Corral can name, and its Compiled condition says why.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
+from corral.api.base import ObjectMeta
 from corral.api.codes import GROUP, VERSION
+from corral.api.device import Device
 from corral.api.interlock import Interlock, InterlockStatus, LabelSelector
 from corral.decide.decision import InterlockVerdict, Received
 from corral.decide.interlocks import (
@@ -32,25 +35,66 @@ from corral.decide.interlocks import (
     recent_readings,
 )
 from corral.decide.selectors import Requirement, Selector
-from corral.kube.cache import Body, Key, key_of
+from corral.devices.telemetry import Reading
+from corral.kube.cache import Key, TypedChange
 from corral.kube.conditions import Wanted, merge
-from corral.kube.informer import WatchedKind
 from corral.kube.objects import Kube
+from corral.kube.typed import Body, Malformed, parse
+from corral.kube.watched import Refused, WatchedKind, generation_changed
 from corral.kube.workqueue import Result
-from corral.reconcile.devices.cache import DeviceCache
-from corral.reconcile.devices.port import DeviceView
 
 log = logging.getLogger(__name__)
 
-ViewOf = Callable[[str, str], DeviceView | None]
 COMPILED = "Compiled"
 
 
-class Interlocks(WatchedKind):
-    def __init__(self, kube: Kube, devices: DeviceCache, namespaces: tuple[str, ...],
+class DeviceState(Protocol):
+    """What a rule's `devices` and `readings` are made of, for one Device (the device port's DeviceView is one)."""
+
+    @property
+    def reported(self) -> Mapping[str, Any]: ...
+
+    @property
+    def online(self) -> bool | None: ...
+
+    @property
+    def latest(self) -> Mapping[str, Reading]: ...
+
+
+class KnownDevices(Protocol):
+    """The Devices the controller knows, by (namespace, name)."""
+
+    def items(self) -> Sequence[tuple[Key, object]]: ...
+
+
+ViewOf = Callable[[str, str], DeviceState | None]
+
+
+class _Readable(Interlock):
+    """An Interlock as the controller reads it: a status it cannot read is no status (it is written anew)."""
+
+    @field_validator("status", mode="wrap")
+    @classmethod
+    def _unreadable_status_is_none(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> InterlockStatus | None:
+        try:
+            status: InterlockStatus | None = handler(value)
+        except ValidationError:
+            return None
+        return status
+
+
+class _Named(BaseModel):
+    """A Device body read for its name and labels only."""
+
+    model_config = ConfigDict(extra="ignore")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+class Interlocks(WatchedKind[_Readable]):
+    def __init__(self, kube: Kube, devices: KnownDevices, namespaces: tuple[str, ...],
                  on_change: Callable[[str], None] = lambda namespace: None,
                  clock: Callable[[], float] = time.time) -> None:
-        super().__init__(kube.api, GROUP, VERSION, "interlocks", namespaces)
+        super().__init__(kube.api, _Readable, GROUP, VERSION, "interlocks", namespaces)
         self.kube = kube
         self.devices = devices
         self.on_change = on_change  # the namespace whose rules changed: its Devices list them in status
@@ -59,34 +103,40 @@ class Interlocks(WatchedKind):
 
     # ---- the Interlocks -------------------------------------------------------------------------------------
 
-    def on_event(self, event_type: str, body: Body) -> None:
-        namespace, name = key_of(body)
-        if event_type == "DELETED":
-            self.objects.remove(body)
-            if self.rules.get(namespace, {}).pop(name, None) is not None:
-                self.on_change(namespace)
-            return
-        change = self.objects.upsert(body)
-        if change is None:
-            return
-        if change.generation_changed or name not in self.rules.get(namespace, {}):
-            self.rules.setdefault(namespace, {})[name] = compiled = _compile(body)
+    def changed(self, change: TypedChange[_Readable]) -> None:
+        namespace, name = change.key
+        if generation_changed(change) or name not in self.rules.get(namespace, {}):
+            self.rules.setdefault(namespace, {})[name] = compiled = compile_rule(rule_of(change.after))
             if compiled.error is not None:
                 log.warning("Interlock %s/%s does not compile: %s", namespace, name, compiled.error)
             self.on_change(namespace)
         self.queue.add(change.key)
 
+    def refused_one(self, key: Key, refused: Refused) -> None:
+        # The API server checked the schema; what does not parse here guards nothing Corral can name.
+        namespace, name = key
+        self.rules.setdefault(namespace, {})[name] = Compiled(
+            Rule(name=name, condition="", message=""),
+            error=f"the Interlock does not parse: {'; '.join(refused.error.problems)}")
+        self.on_change(namespace)
+        self.queue.add(key)
+
+    def deleted(self, key: Key, before: _Readable | None, uid: str | None) -> None:
+        namespace, name = key
+        if self.rules.get(namespace, {}).pop(name, None) is not None:
+            self.on_change(namespace)
+
     async def reconcile(self, key: Key) -> Result:
         """Write the Compiled condition, if the status does not say it already."""
-        body = self.objects.get(key)
+        obj, refused = self.objects.get(key), self.refused.get(key)
         compiled = self.rules.get(key[0], {}).get(key[1])
-        if body is None or compiled is None:
+        if compiled is None or (obj is None and refused is None):
             return Result.done()
-        generation = body["metadata"].get("generation")
-        try:
-            previous = InterlockStatus.model_validate(body.get("status") or {})
-        except ValidationError:
-            previous = InterlockStatus()
+        if obj is not None:
+            generation, previous = obj.metadata.generation, obj.status or InterlockStatus()
+        else:
+            assert refused is not None
+            generation, previous = refused.generation, _status_of(refused)
         wanted = (Wanted(COMPILED, "True", "Compiled", "The condition compiled to a boolean expression.", generation)
                   if compiled.ok else Wanted(COMPILED, "False", "CompileError", compiled.error or "", generation))
         conditions = merge(previous.conditions, [wanted], datetime.now(UTC).replace(microsecond=0))
@@ -96,21 +146,24 @@ class Interlocks(WatchedKind):
         written = await self.kube.apply_status("interlocks", key[0], key[1], "Interlock",
                                                status.model_dump(mode="json", by_alias=True, exclude_none=True),
                                                "interlock-compiled")
-        self.objects.upsert(written)
+        try:
+            self.objects.upsert(written)
+        except Malformed:
+            pass  # still refused: the condition says why
         return Result.done()
 
     # ---- judging --------------------------------------------------------------------------------------------
 
-    def guarding(self, namespace: str, device: Body) -> list[Compiled]:
+    def guarding(self, namespace: str, device: Device | Body) -> list[Compiled]:
         """The rules that guard some action on this Device, by name."""
-        name, labels = device["metadata"]["name"], device["metadata"].get("labels") or {}
+        name, labels = _name_and_labels(device)
         rules = self.rules.get(namespace, {})
         return [rules[n] for n in sorted(rules) if guards_device(rules[n].rule, name, labels)]
 
-    def verdicts(self, namespace: str, device: Body, actuator: str, value: Any, view_of: ViewOf
+    def verdicts(self, namespace: str, device: Device | Body, actuator: str, value: Any, view_of: ViewOf
                  ) -> tuple[InterlockVerdict, ...]:
         """Every rule that guards setting `actuator` of this Device to `value`, judged now, by name."""
-        name, labels = device["metadata"]["name"], device["metadata"].get("labels") or {}
+        name, labels = _name_and_labels(device)
         rules = self.rules.get(namespace, {})
         guarding = [rules[n] for n in sorted(rules) if applies(rules[n].rule, name, labels, actuator, value)]
         if not guarding:
@@ -128,7 +181,7 @@ class Interlocks(WatchedKind):
         """The `devices` variable and every latest reading of the namespace's Devices."""
         devices: dict[str, dict[str, Any]] = {}
         samples: dict[str, dict[str, Received]] = {}
-        for (ns, name), _body in self.devices.items():
+        for (ns, name), _device in self.devices.items():
             if ns != namespace:
                 continue
             view = view_of(ns, name)
@@ -141,25 +194,26 @@ class Interlocks(WatchedKind):
         return devices, samples
 
 
-def rule_of(body: Body) -> Rule:
-    """The Interlock as the judge needs it; ValidationError if it does not parse."""
-    spec = Interlock.model_validate(body).spec
-    guards = spec.guards
-    return Rule(name=body["metadata"]["name"], condition=spec.condition, message=spec.message,
+def rule_of(interlock: Interlock | Body) -> Rule:
+    """The Interlock as the judge needs it; `Malformed` if a body does not parse."""
+    obj = interlock if isinstance(interlock, Interlock) else parse(Interlock, interlock)
+    spec, guards = obj.spec, obj.spec.guards
+    return Rule(name=obj.metadata.name or "", condition=spec.condition, message=spec.message,
                 devices=tuple(guards.devices), selector=selector_of(guards.selector), actuators=tuple(guards.actuators),
                 values=tuple(guards.values), max_reading_age_s=float(spec.max_reading_age_seconds))
 
 
-def _compile(body: Body) -> Compiled:
+def _name_and_labels(device: Device | Body) -> tuple[str, Mapping[str, str]]:
+    meta = device.metadata if isinstance(device, Device) else _Named.model_validate(device).metadata
+    return meta.name or "", meta.labels or {}
+
+
+def _status_of(refused: Refused) -> InterlockStatus:
+    """What the status of an Interlock its model refused says already (nothing, if it cannot be read either)."""
     try:
-        rule = rule_of(body)
-    except ValidationError as err:
-        # The API server checked the schema; what does not parse here guards nothing Corral can name.
-        spec = body.get("spec") or {}
-        rule = Rule(name=body["metadata"]["name"], condition=str(spec.get("condition", "")),
-                    message=str(spec.get("message", "")))
-        return Compiled(rule, error=f"the Interlock does not parse: {err.errors()[0]['msg'] if err.errors() else err}")
-    return compile_rule(rule)
+        return InterlockStatus.model_validate(refused.status or {})
+    except ValidationError:
+        return InterlockStatus()
 
 
 def selector_of(selector: LabelSelector | None) -> Selector | None:

@@ -28,6 +28,7 @@ from corral.api.lease import (
     micro,
     renewed,
     tombstone,
+    versioned,
 )
 from corral.decide.decision import Broken, Lease
 from corral.decide.leases import parse
@@ -184,8 +185,7 @@ class Leases:
                 if read is None:
                     written = await self.api.request("POST", path_of(GROUP, VERSION, PLURAL, namespace), body=wanted)
                 else:
-                    wanted["metadata"]["resourceVersion"] = read.metadata.resource_version
-                    written = await self.api.request("PUT", path, body=wanted)
+                    written = await self.api.request("PUT", path, body=versioned(wanted, read.metadata.resource_version))
             except ApiError as err:
                 if err.status == 409:
                     continue  # someone else wrote it since: decide again on what is there now

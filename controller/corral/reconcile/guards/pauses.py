@@ -11,6 +11,10 @@ A change (paused, resumed, paused again for another reason) is recorded in the a
 `observedGeneration`), in that order, and only when the status does not show it yet: a change recorded
 before a restart is not recorded again, and one made while no controller ran is recorded when one starts.
 Deleting the AgentPause resumes agents too (recorded, with no status left to write).
+
+AgentPauses are read as `api.pause.AgentPause` models where they enter (kube.watched). One the model refuses is
+still read leniently for whether it pauses (`paused_of`: a switch that says paused is paused even if another
+field cannot be read), and a Warning Event on it names what was wrong; nothing else is written for it.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.api.codes import API_VERSION, GROUP, VERSION
-from corral.api.pause import PAUSE_NAME, AgentPauseStatus, Paused, paused_of
+from corral.api.pause import PAUSE_NAME, AgentPause, AgentPauseStatus, Paused, paused_of
 from corral.audit.log import AuditLog, Unwritable
-from corral.kube.cache import Body, Key, key_of
+from corral.contract.text import written_text
+from corral.kube.cache import Key, TypedChange
 from corral.kube.events import EventRecorder, ObjectRef
-from corral.kube.informer import WatchedKind
 from corral.kube.objects import Kube
+from corral.kube.typed import Malformed
+from corral.kube.watched import Refused, WatchedKind
 from corral.kube.workqueue import Result
 
 log = logging.getLogger(__name__)
@@ -35,10 +41,10 @@ RESUMED = "agents.resumed"
 AUDIT_RETRY_S = 1.0
 
 
-class AgentPauses(WatchedKind):
+class AgentPauses(WatchedKind[AgentPause]):
     def __init__(self, kube: Kube, namespaces: tuple[str, ...], audit: AuditLog, recorder: EventRecorder,
                  on_change: Callable[[str], None] = lambda namespace: None) -> None:
-        super().__init__(kube.api, GROUP, VERSION, "agentpauses", namespaces)
+        super().__init__(kube.api, AgentPause, GROUP, VERSION, "agentpauses", namespaces)
         self.kube = kube
         self.audit = audit
         self.recorder = recorder
@@ -49,57 +55,61 @@ class AgentPauses(WatchedKind):
         """The pause in force in the namespace now; None: agents act there."""
         return self.current.get(namespace)
 
-    def on_event(self, event_type: str, body: Body) -> None:
-        namespace, name = key_of(body)
-        if name != PAUSE_NAME:
+    # ---- the AgentPauses --------------------------------------------------------------------------------------
+
+    def changed(self, change: TypedChange[AgentPause]) -> None:
+        if change.key[1] != PAUSE_NAME:
             return  # the CRD admits no other name
-        if event_type == "DELETED":
-            self.objects.remove(body)
-            if self.current.pop(namespace, None) is not None:
-                log.warning("agents resumed in %s: its AgentPause was deleted", namespace)
-                self.audit.note(RESUMED, f"{namespace}/{name}", {"paused": False, "deleted": True,
-                                                                 "reason": "the AgentPause was deleted"},
-                                uid=body["metadata"].get("uid"))
-                self.on_change(namespace)
-            return
-        change = self.objects.upsert(body)
-        if change is None:
-            return
-        now = paused_of(body)
-        if now != self.current.get(namespace):
-            if now is None:
-                self.current.pop(namespace, None)
-            else:
-                self.current[namespace] = now
-            log.warning("%s", now.sentence() if now is not None else f"agents resumed in {namespace}")
-            self.on_change(namespace)
+        self._in_force(change.key[0], in_force(change.after))
         self.queue.add(change.key)
+
+    def refused_one(self, key: Key, refused: Refused) -> None:
+        if key[1] != PAUSE_NAME:
+            return
+        self._in_force(key[0], paused_of(refused.body))
+        self.queue.add(key)
+
+    def deleted(self, key: Key, before: AgentPause | None, uid: str | None) -> None:
+        namespace, name = key
+        if name == PAUSE_NAME and self.current.pop(namespace, None) is not None:
+            log.warning("agents resumed in %s: its AgentPause was deleted", namespace)
+            self.audit.note(RESUMED, f"{namespace}/{name}", {"paused": False, "deleted": True,
+                                                             "reason": "the AgentPause was deleted"}, uid=uid)
+            self.on_change(namespace)
+
+    def _in_force(self, namespace: str, now: Paused | None) -> None:
+        if now == self.current.get(namespace):
+            return
+        if now is None:
+            self.current.pop(namespace, None)
+        else:
+            self.current[namespace] = now
+        log.warning("%s", now.sentence() if now is not None else f"agents resumed in {namespace}")
+        self.on_change(namespace)
+
+    # ---- recording, announcing and acknowledging --------------------------------------------------------------
 
     async def reconcile(self, key: Key) -> Result:
         """Record, announce and acknowledge a change the status does not show yet."""
-        body = self.objects.get(key)
-        if body is None:
+        pause, refused = self.objects.get(key), self.refused.get(key)
+        if pause is None:
+            if refused is not None:
+                self._malformed(key, refused.error, refused.uid)
             return Result.done()
-        meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
-        generation = meta.get("generation")
-        paused = paused_of(body)
-        if status.get("observedGeneration") == generation and bool(status.get("enforced")) == (paused is not None):
+        spec, status, generation = pause.spec, pause.status or AgentPauseStatus(), pause.metadata.generation
+        paused = in_force(pause)
+        if status.observed_generation == generation and status.enforced == (paused is not None):
             return Result.done()
         namespace, name = key
-        facts: dict[str, Any] = {"paused": paused is not None, "by": spec.get("by"), "reason": spec.get("reason", ""),
-                                 "since": spec.get("since"), "generation": generation}
+        facts: dict[str, Any] = {"paused": paused is not None, "by": spec.by, "reason": spec.reason,
+                                 "since": spec.model_dump(mode="json")["since"], "generation": generation}
         try:
             await self.audit.append(PAUSED if paused is not None else RESUMED, f"{namespace}/{name}", facts,
-                                    uid=meta.get("uid"))
+                                    uid=pause.metadata.uid)
         except Unwritable:
             return Result.after(AUDIT_RETRY_S)  # nothing unrecorded is acknowledged; the pause is in force already
-        if paused is not None:
-            message = (f"{paused.sentence()} Enforced: every Intent whose requester is not a person ends DENY_PAUSED; "
-                       "people's Intents still run.")
-        else:
-            why = f": {spec['reason']}" if spec.get("reason") else ""
-            message = f"Agents are not paused in namespace {namespace}: resumed by {spec.get('by') or 'someone'}{why}."
-        self.recorder.post(ObjectRef(API_VERSION, "AgentPause", name, namespace, meta.get("uid")),
+        message = _message(namespace, spec.by, spec.reason, paused)
+        self.recorder.post(ObjectRef(API_VERSION, "AgentPause", name, namespace, pause.metadata.uid),
                            "AgentsPaused" if paused is not None else "AgentsResumed",
                            "Pause" if paused is not None else "Resume", message,
                            "Warning" if paused is not None else "Normal")
@@ -108,5 +118,31 @@ class AgentPauses(WatchedKind):
         written = await self.kube.apply_status("agentpauses", namespace, name, "AgentPause",
                                                acknowledged.model_dump(mode="json", by_alias=True, exclude_none=True),
                                                "agents-paused" if paused is not None else "agents-resumed")
-        self.objects.upsert(written)
+        try:
+            self.objects.upsert(written)
+        except Malformed:
+            pass  # told already, as the watch brings it
         return Result.done()
+
+    def _malformed(self, key: Key, error: Malformed, uid: str | None) -> None:
+        namespace, name = key
+        self.recorder.post(ObjectRef(API_VERSION, "AgentPause", name, namespace, uid), "Malformed", "Read",
+                           f"{error} Whether agents are paused is read from spec.paused alone.", "Warning")
+
+
+def in_force(pause: AgentPause) -> Paused | None:
+    """The pause an AgentPause puts in force; None when it is resumed."""
+    spec = pause.spec
+    if not spec.paused:
+        return None
+    # Agents are told the reason: made safe as it is read.
+    return Paused(namespace=pause.metadata.namespace or "", by=spec.by, reason=written_text(spec.reason),
+                  since=spec.since)
+
+
+def _message(namespace: str, by: str, reason: str, paused: Paused | None) -> str:
+    if paused is not None:
+        return (f"{paused.sentence()} Enforced: every Intent whose requester is not a person ends DENY_PAUSED; "
+                "people's Intents still run.")
+    why = f": {reason}" if reason else ""
+    return f"Agents are not paused in namespace {namespace}: resumed by {by or 'someone'}{why}."
