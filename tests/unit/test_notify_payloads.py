@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from corral.api.intent import Intent
 from corral.cli.main import cli
 from corral.notify.payloads import (
     REASON_LIMIT,
@@ -266,3 +267,8 @@ def test_corral_run_refuses_a_bad_config_or_console_url_before_it_starts(tmp_pat
     result = CliRunner().invoke(cli, ["run", "--mqtt", "mqtt://u@127.0.0.1:1", "--notify-config", str(config),
                                       "--console-url", "console.example"])
     assert result.exit_code == 2 and "Invalid value for --console-url" in result.stderr
+
+
+def test_the_intent_model_makes_the_same_request_as_its_body() -> None:
+    body = intent()
+    assert approval_request(Intent.model_validate(body), CONSOLE) == approval_request(body, CONSOLE)

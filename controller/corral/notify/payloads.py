@@ -27,6 +27,8 @@ from urllib.parse import quote, urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from corral.api.intent import Intent
+
 Kind = Literal["ntfy", "slack", "json"]
 KINDS: Final[tuple[Kind, ...]] = ("ntfy", "slack", "json")
 Verdict = Literal["sent", "retry", "fail"]
@@ -264,27 +266,61 @@ def _parse_time(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def approval_request(intent: Mapping[str, Any], console_url: str | None) -> ApprovalRequest:
-    """From an Intent as the API server returned it (status included)."""
-    meta, spec = intent["metadata"], intent["spec"]
-    status = intent.get("status") or {}
-    value = (spec.get("params") or {}).get("value")
+@dataclass(frozen=True)
+class _Asked:
+    """An Intent's facts as they came, before they are cleaned and bounded."""
+
+    namespace: object
+    name: object
+    uid: object
+    device: object
+    actuator: object
+    action: object
+    value: object
+    risk: object
+    requester: object
+    reason: object
+    expires: datetime | None
+
+
+def _asked(intent: Intent) -> _Asked:
+    meta, spec, status = intent.metadata, intent.spec, intent.status
+    expires = status.approval_expires_at if status is not None else None
+    return _Asked(meta.namespace, meta.name, meta.uid, spec.device, spec.actuator, spec.action,
+                  spec.params.value if spec.params is not None else None, status.risk if status is not None else None,
+                  spec.requester, spec.reason,
+                  expires if expires is None or expires.tzinfo else expires.replace(tzinfo=UTC))
+
+
+def _asked_leniently(body: Mapping[str, Any]) -> _Asked:
+    """A body read field by field, as it came: a message must not depend on the Intent's schema staying as it is."""
+    meta, spec = body["metadata"], body["spec"]
+    status = body.get("status") or {}
+    return _Asked(meta["namespace"], meta["name"], meta.get("uid"), spec["device"], spec["actuator"], spec["action"],
+                  (spec.get("params") or {}).get("value"), status.get("risk"), spec.get("requester"),
+                  spec.get("reason"), _parse_time(status.get("approvalExpiresAt")))
+
+
+def approval_request(intent: Intent | Mapping[str, Any], console_url: str | None) -> ApprovalRequest:
+    """From an Intent (the model the Intent controller holds; a body as the API server returned it is read
+    leniently), status included."""
+    asked = _asked(intent) if isinstance(intent, Intent) else _asked_leniently(intent)
+    value = asked.value
     if isinstance(value, str):
         value = clean(value, VALUE_LIMIT)
     elif not isinstance(value, bool | int | float):
         value = None
-    risk = status.get("risk")
-    expires = _parse_time(status.get("approvalExpiresAt"))
+    risk, expires = asked.risk, asked.expires
     # Names, the device, the actuator and the action are constrained by the CRD (DNS labels, identifiers); cleaned
     # and bounded all the same, so a message never depends on that schema staying as it is.
     return ApprovalRequest(
-        namespace=clean(str(meta["namespace"]), 63), name=clean(str(meta["name"]), 253),
-        uid=clean(str(meta.get("uid") or ""), 64), device=clean(str(spec["device"]), 63),
-        actuator=clean(str(spec["actuator"]), 32), action=clean(str(spec["action"]), 32), value=value,
-        risk=risk if risk in _PRIORITY else "unknown", requester=clean(str(spec.get("requester") or ""), REQUESTER_LIMIT),
-        reason=clean(str(spec.get("reason") or ""), REASON_LIMIT),
+        namespace=clean(str(asked.namespace), 63), name=clean(str(asked.name), 253),
+        uid=clean(str(asked.uid or ""), 64), device=clean(str(asked.device), 63),
+        actuator=clean(str(asked.actuator), 32), action=clean(str(asked.action), 32), value=value,
+        risk=risk if isinstance(risk, str) and risk in _PRIORITY else "unknown",
+        requester=clean(str(asked.requester or ""), REQUESTER_LIMIT), reason=clean(str(asked.reason or ""), REASON_LIMIT),
         expires_at=expires.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if expires else None,
-        link=intent_link(console_url, str(meta["namespace"]), str(meta["name"])),
+        link=intent_link(console_url, str(asked.namespace), str(asked.name)),
     )
 
 

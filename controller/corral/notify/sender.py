@@ -1,6 +1,6 @@
 """Approval requests to webhooks, the I/O half: reading `--notify-config`, and sending with retries.
 
-When an Intent is first written `AwaitingApproval`, the Intent reconciler calls `Notifier.waiting(body)`,
+When an Intent is first written `AwaitingApproval`, the Intent controller calls `Notifier.waiting(intent)`,
 which builds one message per webhook (`notify_payloads`) and queues it; it never waits and never raises, so
 no webhook can delay or break a decision. Each webhook has a queue of its own (bounded: a dead receiver
 cannot pile up work; beyond the bound a message is dropped, on record) and a few workers that POST with
@@ -38,8 +38,9 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from corral.api.codes import API_VERSION
-from corral.kube.cache import Body
+from corral.api.intent import Intent
 from corral.kube.events import EventRecorder, ObjectRef
+from corral.kube.typed import Body
 from corral.notify.payloads import (
     ApprovalRequest,
     Message,
@@ -170,9 +171,9 @@ class Notifier:
                 metrics.NOTIFICATION_ATTEMPTS.labels(webhook=webhook.name, result=result)
             metrics.NOTIFICATIONS_QUEUED.labels(webhook=webhook.name).set(0)
 
-    def waiting(self, intent: Body) -> None:
+    def waiting(self, intent: Intent | Body) -> None:
         """An Intent started waiting for a person: queue its request for every webhook. Returns at once and
-        never raises (call on the event loop)."""
+        never raises (call on the event loop). The model, or the body as the API server returned it."""
         try:
             request = approval_request(intent, self.console_url)
         except Exception as err:  # noqa: BLE001 - an Intent that cannot be read must not stop the decision
