@@ -24,16 +24,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from pydantic import ValidationError
-
-from corral.api.capability import CapabilitySpec
+from corral.api.capability import Capability, CapabilitySpec
 from corral.api.codes import API_VERSION
 from corral.contract.model import Contract
-from corral.kube.cache import Body
 from corral.kube.client import ApiError
 from corral.kube.events import EventRecorder, ObjectRef
 from corral.kube.objects import Kube
 from corral.kube.tasks import cancel_all
+from corral.kube.typed import Body, Malformed, parse
 from corral.reconcile.devices.cache import DeviceCache
 
 log = logging.getLogger(__name__)
@@ -50,7 +48,7 @@ class Capabilities:
         self.sees_every_namespace = sees_every_namespace  # else each round lists Devices in all namespaces
         self.collecting = True  # False once RBAC refused that list: said once, tried again each round
         self._specs: dict[str, CapabilitySpec] = {}
-        self._seen: dict[str, Body] = {}  # name -> the object as last listed (for the delete precondition)
+        self._seen: dict[str, Capability] = {}  # name -> the object as last listed (for the delete precondition)
         self._unused_since: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -76,13 +74,14 @@ class Capabilities:
         self._specs[name] = spec
 
     def _remember(self, body: Body) -> None:
-        name = body["metadata"]["name"]
         try:
-            self._specs[name] = CapabilitySpec.model_validate(body.get("spec") or {})
-        except ValidationError as err:
-            log.warning("Capability %s does not parse; it is ignored: %s", name, err)
+            capability = parse(Capability, body)
+        except Malformed as err:
+            log.warning("%s; it is ignored", err)
             return
-        self._seen[name] = body
+        name = capability.metadata.name or ""
+        self._specs[name] = capability.spec
+        self._seen[name] = capability
 
     # ---- collection -----------------------------------------------------------------------------------------
 
@@ -106,7 +105,8 @@ class Capabilities:
         """Every Capability a Device names, or None when this controller cannot see every Device."""
         used = set(self.announced())
         if self.sees_every_namespace:
-            bodies = [body for _, body in self.devices.items()]
+            # Refused Devices too: one whose spec its model refuses still names the Capability it trusted.
+            bodies = [body for _, body in self.devices.items()] + [r.body for r in self.devices.refused.values()]
         else:
             try:
                 bodies = await self.kube.list_objects("devices", ())
@@ -121,8 +121,7 @@ class Capabilities:
                 return None
             self.collecting = True
         for body in bodies:
-            status = body.get("status") or {}
-            used.update(name for name in (status.get("capability"), status.get("acceptedCapability")) if name)
+            used.update(named_by(body))
         return used
 
     async def collect_unused(self) -> list[str]:
@@ -137,17 +136,17 @@ class Capabilities:
         if used is None:
             return []
         now, deleted = time.monotonic(), []
-        for name, body in list(self._seen.items()):
+        for name, capability in list(self._seen.items()):
             if name in used:
                 self._unused_since.pop(name, None)
                 continue
             since = self._unused_since.setdefault(name, now)
-            created = datetime.fromisoformat(body["metadata"]["creationTimestamp"])
+            meta = capability.metadata
+            created = meta.creation_timestamp or datetime.now(UTC)
             old_enough = (datetime.now(UTC) - created).total_seconds() >= self.grace_s
             if now - since < self.grace_s or not old_enough:
                 continue
-            meta = body["metadata"]
-            if await self.kube.delete_capability(name, meta["uid"], meta["resourceVersion"]):
+            if await self.kube.delete_capability(name, meta.uid or "", meta.resource_version or ""):
                 deleted.append(name)
                 self.recorder.post(ObjectRef(API_VERSION, "Capability", name, None, None), "Collected", "Delete",
                                    f"No Device has used Capability {name} for {self.grace_s:g} s; deleted.")
@@ -155,3 +154,10 @@ class Capabilities:
             self._specs.pop(name, None)
             self._unused_since.pop(name, None)
         return deleted
+
+
+def named_by(body: Body) -> set[str]:
+    """The Capabilities a Device's status names. Read from the body: Devices listed in every namespace come as
+    bodies, and a Device whose spec its model refuses still names the Capability it trusted."""
+    status = body.get("status") or {}
+    return {name for name in (status.get("capability"), status.get("acceptedCapability")) if name}
