@@ -21,8 +21,6 @@ from corral.api.device import Device, GuardingInterlock, InterlockedTarget
 from corral.contract.values import same_value
 from corral.decide.decision import Lease
 from corral.devices.plan import Command, Plan
-from corral.kube.typed import Body
-from corral.reconcile.devices.cache import DeviceCache, key_of_device
 from corral.reconcile.devices.driver import Pin
 from corral.reconcile.devices.notices import DeviceNotices, as_json
 from corral.reconcile.devices.runtime import DeviceRuntime
@@ -35,9 +33,8 @@ Leased = Callable[[str, str], Lease | None]
 
 
 class TargetHolds:
-    def __init__(self, devices: DeviceCache, notices: DeviceNotices, interlocks: Interlocks | None,
-                 view_of: ViewOf | None, leased: Leased | None) -> None:
-        self.devices = devices
+    def __init__(self, notices: DeviceNotices, interlocks: Interlocks | None, view_of: ViewOf | None,
+                 leased: Leased | None) -> None:
         self.notices = notices
         self.interlocks = interlocks
         self.view_of = view_of  # the port's view of a Device, what interlock conditions are judged over
@@ -71,8 +68,8 @@ class TargetHolds:
         """The target held when an interlock forbids the command now (said once per generation and value)."""
         assert self.interlocks is not None and self.view_of is not None
         namespace, generation = device.metadata.namespace or "", device.metadata.generation
-        forbidding = [v for v in self.interlocks.verdicts(namespace, self._body(device), command.actuator,
-                                                          command.value, self.view_of) if not v.holds]
+        forbidding = [v for v in self.interlocks.verdicts(namespace, device, command.actuator, command.value,
+                                                          self.view_of) if not v.holds]
         if not forbidding:
             return None
         first = forbidding[0]
@@ -111,8 +108,4 @@ class TargetHolds:
             return ()
         return tuple(GuardingInterlock(name=c.rule.name, actuators=list(c.rule.actuators), condition=c.rule.condition,
                                        message=c.rule.message, compiled=c.ok)
-                     for c in self.interlocks.guarding(device.metadata.namespace or "", self._body(device))[:32])
-
-    def _body(self, device: Device) -> Body:
-        """The Device as the interlocks read it (they judge over bodies): as it came, or rebuilt from the model."""
-        return self.devices.get(key_of_device(device)) or device.model_dump(mode="json", by_alias=True)
+                     for c in self.interlocks.guarding(device.metadata.namespace or "", device)[:32])

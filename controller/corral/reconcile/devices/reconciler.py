@@ -59,7 +59,7 @@ class DeviceReconciler:
         self.notices = notices
         self.listening = listening
         self.failsafes = Failsafes(config, notices)
-        self.holds = TargetHolds(devices, notices, interlocks, view_of, leased)
+        self.holds = TargetHolds(notices, interlocks, view_of, leased)
         self.writer = StatusWriter(config, kube, devices, self.failsafes, self.holds)
         self.admission = Admission(config, kube, trust, notices, recorder, self.writer)
 
