@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.client.intents import decide_on
 from corral.devcluster.plane import Plane
 from tests.controller_harness import CORRAL, ControllerProcess, device
-from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
+from tests.fleet_harness import enroll_devices, hardware_applies, on_fleet, running_fleet
 from tests.gateway_harness import (
     MODERN,
     MODES,
@@ -47,6 +48,7 @@ from tests.harness import (
     api_client,
     apply_yaml,
     ensure_people_namespace,
+    fresh_namespace,
     person_name,
     service_account_token,
     wait_for,
@@ -118,36 +120,119 @@ class Home:
         return api_client(self.plane, token=self.tokens[who])
 
 
+class Room:
+    """One namespace, its identities, controller and HTTP gateway for the module; the fleet is started anew
+    whenever a test left a mark on a device, so that every test meets the home as if it were new.
+
+    What a test may change, and how it is undone (`undo`): Intents and Approvals are deleted; a target or
+    overlay written on a Device is removed; a device that was commanded or unplugged comes back as a fresh
+    device (a new fleet: new firmware, new boards that have applied nothing yet, every device powered)."""
+
+    def __init__(self, plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, prefix: str,
+                 passwords: dict[str, str], tokens: dict[str, str], kubeconfigs: dict[str, Path]) -> None:
+        self.plane, self.admin, self.namespace, self.prefix = plane, admin, namespace, prefix
+        self.passwords, self.tokens, self.kubeconfigs = passwords, tokens, kubeconfigs
+        self.gateway: HttpGateway | None = None
+        self._fleet = ExitStack()
+        self.fleet: Any = None
+
+    def start_fleet(self) -> None:
+        # No periodic readings: a new rssi value changes a Device every few seconds, and these tests count the
+        # notices of changes they make themselves.
+        self.fleet = self._fleet.enter_context(running_fleet(self.plane, self.prefix, FLEET, credentials=self.passwords,
+                                                             telemetry_interval_s=3600))
+
+    def stop_fleet(self) -> None:
+        self._fleet.close()
+
+    def home(self) -> Home:
+        assert self.gateway is not None
+        return Home(self.plane, self.namespace, self.fleet, self.admin, self.tokens, self.kubeconfigs, self.gateway)
+
+    def undo(self) -> None:
+        objects = kubernetes.client.CustomObjectsApi(self.admin)
+        for plural in ("intents", "approvals"):
+            objects.delete_collection_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)
+        devices = {d: device(self.admin, self.namespace, d) for d in FLEET}
+        marked = on_fleet(self.fleet, lambda: any(not self.fleet.devices[d].powered or self.fleet.devices[d].board.applied
+                                                  for d in FLEET))
+        if marked:
+            self.stop_fleet()
+            wait_for(lambda: all(device(self.admin, self.namespace, d)["status"].get("online") is False for d in FLEET),
+                     "every device seen offline", timeout_s=30)
+        for name, body in devices.items():
+            written = {field: None for field in ("target", "overlay") if body["spec"].get(field)}
+            if written:
+                objects.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, "devices", name,
+                                                       {"spec": written})
+        if marked:
+            self.start_fleet()
+        self.settle(gateway_too=marked)
+
+    def settle(self, gateway_too: bool) -> None:
+        """Every device online, in sync and its latest spec acted on; with gateway_too, the HTTP gateway sees
+        them online as well (its view follows the API server a moment later)."""
+        def settled(name: str) -> bool:
+            body = device(self.admin, self.namespace, name)
+            status = body.get("status") or {}
+            return bool(status.get("online") and status.get("inSync")
+                        and status.get("observedGeneration") == body["metadata"]["generation"])
+
+        wait_for(lambda: all(settled(d) for d in FLEET), "every device registered and in sync", timeout_s=30)
+        if gateway_too:
+            wait_for(self._gateway_sees_every_device_online, "the gateway to see every device online", timeout_s=30)
+
+    def _gateway_sees_every_device_online(self) -> bool:
+        assert self.gateway is not None
+        gateway = self.gateway
+
+        async def listed() -> list[dict[str, Any]]:
+            async with http_client(gateway.url, self.tokens["operator"]) as agent:
+                return (await agent.call_tool("iot.list_devices", {})).structured_content["devices"]
+
+        devices = run(listed())
+        return len(devices) == len(FLEET) and all(d["online"] for d in devices)
+
+
+@pytest.fixture(scope="module")
+def room(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[Room]:
+    tmp_path = tmp_path_factory.mktemp("gateway")
+    with fresh_namespace(corral_api, "gateway") as namespace:
+        prefix = f"gw-{uuid.uuid4().hex[:8]}"
+        apply_yaml(corral_api, RBAC.format(ns=namespace), namespace)
+        tokens, kubeconfigs = {}, {}
+        ensure_people_namespace(corral_api)
+        for who in ("reader", "operator", "approver"):
+            # The approver is a person: a ServiceAccount of the people namespace (the others are programs).
+            account_ns, account = (PEOPLE_NAMESPACE, person_name(namespace, who)) if who == "approver" else (namespace, who)
+            apply_yaml(corral_api, BINDINGS.format(who=who, account=account, account_ns=account_ns), namespace)
+            tokens[who] = gateway_token(corral_api, account_ns, account)  # for the HTTP gateway; the API server too
+            kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
+            wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
+        with capabilities_readable(corral_api, namespace, *tokens):
+            room = Room(plane, corral_api, namespace, prefix, enroll_devices(corral_api, namespace, FLEET), tokens,
+                        kubeconfigs)
+            room.start_fleet()
+            controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
+                                           "--intent-timeout", "4", "--approval-window", "60")
+            try:
+                controller.start()
+                room.settle(gateway_too=False)
+                room.gateway = HttpGateway(plane, namespace, tmp_path / "gateway.log")
+                yield room
+            finally:
+                if room.gateway is not None:
+                    room.gateway.stop()
+                controller.stop()
+                room.stop_fleet()
+
+
 @pytest.fixture
-def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[Home]:
-    prefix = f"gw-{uuid.uuid4().hex[:8]}"
-    apply_yaml(corral_api, RBAC.format(ns=namespace), namespace)
-    tokens, kubeconfigs = {}, {}
-    ensure_people_namespace(corral_api)
-    for who in ("reader", "operator", "approver"):
-        # The approver is a person: a ServiceAccount of the people namespace (the others are programs).
-        account_ns, account = (PEOPLE_NAMESPACE, person_name(namespace, who)) if who == "approver" else (namespace, who)
-        apply_yaml(corral_api, BINDINGS.format(who=who, account=account, account_ns=account_ns), namespace)
-        tokens[who] = gateway_token(corral_api, account_ns, account)  # for the HTTP gateway; the API server too
-        kubeconfigs[who] = kubeconfig_for(plane, tokens[who], tmp_path / f"{who}.kubeconfig", namespace)
-        wait_until_allowed(api_client(plane, token=tokens[who]), "get", namespace, "devices")
-    # No periodic readings: a new rssi value changes a Device every few seconds, and these tests count the
-    # notices of changes they make themselves.
-    with capabilities_readable(corral_api, namespace, *tokens), \
-            running_fleet(plane, prefix, FLEET, enroll_in=(corral_api, namespace), telemetry_interval_s=3600) as fleet:
-        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log",
-                                       "--intent-timeout", "4", "--approval-window", "60")
-        controller.start()
-        gateway = None
-        try:
-            wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
-                     "every device registered and in sync", timeout_s=30)
-            gateway = HttpGateway(plane, namespace, tmp_path / "gateway.log")
-            yield Home(plane, namespace, fleet, corral_api, tokens, kubeconfigs, gateway)
-        finally:
-            if gateway is not None:
-                gateway.stop()
-            controller.stop()
+def home(room: Room) -> Iterator[Home]:
+    """The module's home as a new one: whatever the test changes is undone after it (Room.undo)."""
+    yield room.home()
+    room.undo()
 
 
 def run(coro: Any) -> Any:
