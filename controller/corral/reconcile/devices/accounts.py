@@ -28,8 +28,9 @@ from corral.client.enroll import Credential, credential_of
 from corral.devices.accounts import CONTROL_TOPIC, Account, Command, disconnects, plan_accounts
 from corral.devices.link import MqttLink
 from corral.devices.topics import Topics
-from corral.kube.cache import Body, Key, key_of
+from corral.kube.cache import Key, key_of
 from corral.kube.tasks import cancel_all
+from corral.kube.typed import Body
 from corral.reconcile.devices.notices import DeviceNotices
 
 log = logging.getLogger(__name__)
