@@ -29,7 +29,7 @@ from corral.notify.payloads import NotifySettings, check_url
 from corral.notify.sender import load_config as load_notify_config
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
-from corral.reconcile.intents.reconciler import IntentSettings
+from corral.reconcile.intents.settings import IntentSettings
 from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
 
 # Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
