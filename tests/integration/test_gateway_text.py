@@ -22,7 +22,7 @@ import pytest
 
 from corral.api.codes import GROUP, VERSION
 from corral.devcluster.plane import Plane
-from corral.gateway.server import DATA_LABEL, DIAGNOSE_INSTRUCTIONS
+from corral.gateway.prompts import DATA_LABEL, DIAGNOSE_INSTRUCTIONS
 from tests.broker_harness import observer
 from tests.controller_harness import ControllerProcess, device
 from tests.fleet_harness import announce, enroll_devices

@@ -24,7 +24,8 @@ from corral.api.intent import OVERLAY_ACTIONS, OVERLAY_LIMITS, IntentSpec
 from corral.contract.values import InvalidValue, check
 from corral.decide.decision import DeviceFacts, IntentFacts, decide
 from corral.devices import messages
-from corral.gateway.toolset import ArgumentError, intent_spec
+from corral.gateway.tools.arguments import ArgumentError
+from corral.gateway.tools.control import intent_spec
 from tests.unit.test_gateway_exposure import CONTRACT, seen
 
 HOSTILE_TEXT = st.one_of(

@@ -13,15 +13,11 @@ from hypothesis import strategies as st
 
 from corral.contract.model import Actuator, Contract
 from corral.gateway.access import Access, NamespaceAccess, rules_from_review
-from corral.gateway.toolset import (
-    ENUM_LIMIT,
-    ArgumentError,
-    Grants,
-    device_tools,
-    fixed_tools,
-    intent_spec,
-    overlay_spec,
-)
+from corral.gateway.tools.arguments import ArgumentError
+from corral.gateway.tools.control import intent_spec
+from corral.gateway.tools.overlay import overlay_spec
+from corral.gateway.tools.schemas import ENUM_LIMIT
+from corral.gateway.toolset import Grants, device_tools, fixed_tools
 from corral.gateway.visible import VisibleDevice, value_schema
 
 CONTRACT = Contract.model_validate({
@@ -238,7 +234,8 @@ def test_overlay_text_never_reaches_a_tool_definition_even_with_device_tools() -
 
 def test_agents_paused_is_said_in_the_instructions_and_to_agents_and_people_apart() -> None:
     from corral.api.pause import Paused
-    from corral.gateway.server import instructions, paused_text
+    from corral.gateway.pauses import paused_text
+    from corral.gateway.server import instructions
 
     pauses = [Paused("home", "alice", "leak in the basement"), Paused("shed", "bob")]
     to_agent = paused_text(pauses, person=False)

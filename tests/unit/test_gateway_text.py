@@ -10,7 +10,8 @@ from typing import Any
 
 from corral.contract.model import Contract
 from corral.contract.text import quoted_data, safe_data
-from corral.gateway.server import DATA_LABEL, DIAGNOSE_INSTRUCTIONS, _outcome, data_block
+from corral.gateway.prompts import DATA_LABEL, DIAGNOSE_INSTRUCTIONS, data_block
+from corral.gateway.tools.intents import outcome as _outcome
 from corral.gateway.toolset import Grants, device_tools
 from corral.gateway.visible import VisibleDevice
 

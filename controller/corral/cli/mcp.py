@@ -19,6 +19,7 @@ from corral.cli.obsopts import observability_options
 from corral.client.errors import api_message
 from corral.decide.approvals import people_of
 from corral.gateway.identity import Caller, kubeconfig_configuration
+from corral.gateway.toolset import catalog
 from corral.gateway.view import CallerView, Capabilities
 
 log = logging.getLogger(__name__)
@@ -207,8 +208,9 @@ async def _tools_of(caller: Caller, namespace: str, device_name: str) -> tuple[l
         device = view.find(f"{namespace}/{device_name}")
         if device is None:
             return None, view.username or "you"
-        owners = {name: d.id for name, (d, _, _) in view.device_tool_map().items()}
-        return tools_for_device(view.tools(), owners, device.id), view.username or "you"
+        tools = catalog(view)
+        owners = {name: tool.device.id for name, tool in tools.device.items()}
+        return tools_for_device(tools.definitions(), owners, device.id), view.username or "you"
     finally:
         view.stop()
 

@@ -1,7 +1,10 @@
 """The gateway's threads for the official Kubernetes client's blocking calls: a bounded pool of its own.
 
-Only short calls run here (creating an Intent, reviewing RBAC rules, reading a Capability); nothing that
-waits for a person or a device does (`following` waits without a thread). Keeping the pool apart from
+Only the few short calls still made with the official client run here: a caller's RBAC review and who it
+is (`review`), a bearer token's SelfSubjectReview (`identity`), and a device's Events for the diagnosis prompt
+(`prompts`, whose text keeps the official client's time format). Watches, Intents, Capabilities and the
+agents switch go through `kube.client` on the event loop, and nothing that waits for a person or a device
+holds a thread (`following`). Keeping the pool apart from
 the event loop's default executor means nothing else in the process (or a library) can starve it.
 """
 

@@ -5,8 +5,8 @@ caller held would be one fewer for everybody else's tool calls. So the gateway f
 event loop (`kube.client`), with the caller's client configuration: the same API server, CA, bearer
 token or client certificate, and impersonation headers.
 
-A caller who may list and watch Intents in a namespace gets one watch there, kept while it has waiters
-(and a minute after): a tool call then costs no request of its own to follow its Intent, only the events
+A caller who may list and watch Intents in a namespace gets one watch there (the shared informer,
+kube.informer.Informer, with the caller's client), kept while it has waiters (and a minute after): a tool call then costs no request of its own to follow its Intent, only the events
 of a watch that is already open. A caller without those rights is polled, still without a thread.
 Every wait also reads its Intent once after it registered, so an outcome written before the watch saw
 it is not missed.
@@ -15,23 +15,22 @@ it is not missed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from corral.api.codes import GROUP, VERSION
+from corral.kube.cache import key_of
 from corral.kube.client import ApiError, AsyncApi, path_of
+from corral.kube.informer import Informer
+from corral.kube.typed import Body
 
 log = logging.getLogger(__name__)
 
-Body = dict[str, Any]
 Done = Callable[[Body], bool]
 POLL_S = 0.05
 CHECK_S = 1.0  # how often a waiter reads for itself while its watch is down
 IDLE_S = 60.0  # a namespace watch without waiters is closed after this long
-WATCH_S = 300  # the server ends a watch after this; it is opened again from where it stood
 
 
 class _Waiter:
@@ -45,23 +44,32 @@ class _Waiter:
 
 
 class _NamespaceWatch:
-    """All Intents of one namespace, watched from now on, handed to whoever waits for one of them."""
+    """All Intents of one namespace, listed then watched (kube.informer.Informer, with the caller's client), handed
+    to whoever waits for one of them. Each (re)list hands every Intent over again: whatever happened while no watch
+    was open reaches the waiters too."""
 
     def __init__(self, api: AsyncApi, namespace: str) -> None:
-        self.api = api
         self.namespace = namespace
         self.waiters: dict[str, list[_Waiter]] = {}
         self.idle_since = time.monotonic()
         self.healthy = asyncio.Event()
         self.since: float | None = None  # since when (monotonic) the watch has followed without a gap
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"intents watch {namespace}")
+        self._informer = Informer(api, GROUP, VERSION, "intents", "", (namespace,), self._offer, on_state=self._state)
+        self._stopping: asyncio.Task[None] | None = None
+        self._informer.start()
 
     def close(self) -> None:
-        self._task.cancel()
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_task(self._informer.stop())
+
+    async def stop(self) -> None:
+        self.close()
+        assert self._stopping is not None
+        await self._stopping
 
     @property
     def closed(self) -> bool:
-        return self._task.done()
+        return self._stopping is not None
 
     def add(self, name: str, waiter: _Waiter) -> None:
         self.waiters.setdefault(name, []).append(waiter)
@@ -75,53 +83,22 @@ class _NamespaceWatch:
         if not self.waiters:
             self.idle_since = time.monotonic()
 
-    async def _run(self) -> None:
-        collection = path_of(GROUP, VERSION, "intents", self.namespace)
-        backoff = 0.5
-        while True:
-            try:
-                # Where the namespace stands now (one item, not all of them), then everything after it.
-                started = time.monotonic()
-                listed = await self.api.request("GET", collection, params={"limit": "1"})
-                version = listed["metadata"]["resourceVersion"]
-                self.since = started
-                self.healthy.set()
-                await self._recheck_waiters()  # whatever happened while no watch was open
-                while True:
-                    async for event in self.api.watch(collection, {"resourceVersion": version,
-                                                                  "timeoutSeconds": str(WATCH_S)}, WATCH_S):
-                        backoff = 0.5
-                        obj = event.get("object") or {}
-                        if event.get("type") == "ERROR":
-                            raise ApiError(int(obj.get("code") or 500), str(obj.get("message") or "watch error"))
-                        version = (obj.get("metadata") or {}).get("resourceVersion", version)
-                        if event.get("type") in ("ADDED", "MODIFIED"):
-                            for waiter in list(self.waiters.get(obj["metadata"]["name"], [])):
-                                waiter.offer(obj)
-            except asyncio.CancelledError:
-                raise
-            except ApiError as err:
-                self.healthy.clear()
-                self.since = None
-                if err.status in (401, 403):
-                    log.info("Intent watch in %s refused (%s); its waiters read instead", self.namespace, err)
-                    return
-                log.info("Intent watch in %s broke (%s); opening it again", self.namespace, err)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-            except Exception as err:  # noqa: BLE001 - network trouble: open it again
-                self.healthy.clear()
-                self.since = None
-                log.info("Intent watch in %s broke (%s); opening it again", self.namespace, err)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+    def _offer(self, kind: str, intent: Body) -> None:
+        if kind == "DELETED":
+            return
+        for waiter in list(self.waiters.get(key_of(intent)[1], [])):
+            waiter.offer(intent)
 
-    async def _recheck_waiters(self) -> None:
-        for name, waiting in list(self.waiters.items()):
-            with contextlib.suppress(ApiError):
-                intent = await self.api.request("GET", path_of(GROUP, VERSION, "intents", self.namespace, name))
-                for waiter in list(waiting):
-                    waiter.offer(intent)
+    def _state(self, namespace: str | None, err: Exception | None) -> None:
+        if err is None:
+            self.since = time.monotonic()  # after the list: no later than the watch really started following
+            self.healthy.set()
+            return
+        self.healthy.clear()
+        self.since = None
+        if isinstance(err, ApiError) and err.status in (401, 403):
+            log.info("Intent watch in %s refused (%s); its waiters read instead", self.namespace, err)
+            self.close()
 
 
 class IntentFollower:
@@ -134,7 +111,7 @@ class IntentFollower:
 
     async def close(self) -> None:
         for watch in self._watches.values():
-            watch.close()
+            await watch.stop()
         self._watches.clear()
         await self.api.close()
 

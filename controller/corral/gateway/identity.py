@@ -79,10 +79,14 @@ class Caller:
             client.set_default_header(header, value)
         return client
 
-    def new_follower(self, may_watch: Callable[[str], bool]) -> IntentFollower:
-        """Asynchronous calls and watches of Intents, as this caller; `may_watch(namespace)` says whether it
-        may list and watch Intents there."""
-        return IntentFollower(AsyncApi(self.configuration(), self.headers()), may_watch)
+    def new_api(self) -> AsyncApi:
+        """The asynchronous client acting as this caller (kube.client: on the event loop, no thread)."""
+        return AsyncApi(self.configuration(), self.headers())
+
+    def new_follower(self, may_watch: Callable[[str], bool], api: AsyncApi | None = None) -> IntentFollower:
+        """Asynchronous calls and watches of Intents, as this caller (with `api`, else a client of its own);
+        `may_watch(namespace)` says whether it may list and watch Intents there."""
+        return IntentFollower(api or self.new_api(), may_watch)
 
 
 def kubeconfig_configuration(kubeconfig: str | None, context: str | None) -> kubernetes.client.Configuration:

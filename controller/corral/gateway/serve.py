@@ -39,7 +39,8 @@ from corral.audit.component import Audit
 from corral.gateway import readings
 from corral.gateway.identity import Caller, KubeTokenVerifier, anonymous, token_key
 from corral.gateway.limits import Bounded, Bounds, raise_fd_limit
-from corral.gateway.server import Gateway, RateLimit, instructions, paused_text, session_holder
+from corral.gateway.pauses import paused_text
+from corral.gateway.server import Gateway, RateLimit, instructions, session_holder
 from corral.gateway.unseen import nothing_visible_note
 from corral.gateway.view import Views
 

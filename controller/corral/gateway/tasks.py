@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit
@@ -34,11 +35,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from corral.api.codes import CANCEL_ANNOTATION, FINAL_PHASES, GROUP, VERSION
+from corral.api.codes import CANCEL_ANNOTATION, FINAL_PHASES, GROUP, VERSION, Phase
+from corral.api.intent import Intent
 from corral.audit.log import AuditLog
 from corral.contract.values import shown
 from corral.gateway.view import CallerView
 from corral.kube.client import ApiError, path_of
+from corral.kube.typed import Malformed, parse
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +94,24 @@ def valid_console_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.query and not parts.fragment
 
 
+def parts(intent: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """An Intent's metadata, spec and status as the API server wrote them. The task's texts pass its times and
+    messages on as written (the model would re-format a time), and these functions also map partial bodies."""
+    return intent.get("metadata") or {}, intent.get("spec") or {}, intent.get("status") or {}
+
+
 def status_of(intent: dict[str, Any]) -> TaskStatus:
     """The task status of an Intent, before any input request is offered: an Intent that has not ended works
     (Pending, AwaitingApproval, Executing); a final one is completed (its code is in the tool result, denials
     included: a tool result, never a JSON-RPC error), or cancelled when the requester withdrew it."""
-    status = intent.get("status") or {}
+    _, _, status = parts(intent)
     if status.get("phase") in FINAL_PHASES:
         return "cancelled" if status.get("code") == "CANCELLED" else "completed"
     return "working"
 
 
 def _updated_at(intent: dict[str, Any]) -> str:
-    meta, status = intent.get("metadata") or {}, intent.get("status") or {}
+    meta, _, status = parts(intent)
     times = [str(c["lastTransitionTime"]) for c in status.get("conditions") or [] if c.get("lastTransitionTime")]
     if status.get("decidedAt"):
         times.append(str(status["decidedAt"]))
@@ -119,7 +128,7 @@ def _instant(value: str) -> datetime:
 
 
 def status_message(intent: dict[str, Any]) -> str:
-    meta, status = intent.get("metadata") or {}, intent.get("status") or {}
+    meta, spec, status = parts(intent)
     name, namespace = meta.get("name", ""), meta.get("namespace", "")
     phase = status.get("phase")
     if phase == "AwaitingApproval":
@@ -127,7 +136,7 @@ def status_message(intent: dict[str, Any]) -> str:
         return (f"Waiting for a person to approve Intent {namespace}/{name} (corral approve {name} -n {namespace}, or "
                 f"the approval page){f'; the request expires at {until}' if until else ''}. Nothing runs before.")
     if phase == "Executing":
-        return f"Approved; executing on device {(intent.get('spec') or {}).get('device', '')}."
+        return f"Approved; executing on device {spec.get('device', '')}."
     if phase in FINAL_PHASES:
         return f"{status.get('code') or phase}: {status.get('message') or ''}".strip()
     return "Waiting for the controller to decide."
@@ -135,7 +144,7 @@ def status_message(intent: dict[str, Any]) -> str:
 
 def task(intent: dict[str, Any]) -> dict[str, Any]:
     """The fields every task view of an Intent carries (SEP-2663 `Task`)."""
-    meta = intent.get("metadata") or {}
+    meta, _, _ = parts(intent)
     return {"taskId": task_id(str(meta.get("namespace", "")), str(meta.get("name", ""))),
             "status": status_of(intent), "statusMessage": status_message(intent),
             "createdAt": str(meta.get("creationTimestamp") or ""), "lastUpdatedAt": _updated_at(intent),
@@ -150,7 +159,7 @@ def created(intent: dict[str, Any]) -> dict[str, Any]:
 
 def approval_request(intent: dict[str, Any], url: str) -> dict[str, Any]:
     """The URL-mode elicitation that offers the approval page: the person decides there, signed in as themselves."""
-    meta, spec = intent.get("metadata") or {}, intent.get("spec") or {}
+    meta, spec, _ = parts(intent)
     value = (spec.get("params") or {}).get("value")
     message = (f"An agent asks to {spec.get('action', 'act')} {spec.get('actuator', '')} = {shown(value)} on device "
                f"{spec.get('device', '')} (Intent {meta.get('namespace')}/{meta.get('name')}); a person must approve "
@@ -165,7 +174,7 @@ def detailed(intent: dict[str, Any], result: dict[str, Any], approval_url: str |
     view = task(intent)
     if view["status"] == "completed":
         return {**view, "result": result}
-    if approval_url is not None and (intent.get("status") or {}).get("phase") == "AwaitingApproval":
+    if approval_url is not None and parts(intent)[2].get("phase") == "AwaitingApproval":
         return {**view, "status": "input_required",
                 "inputRequests": {APPROVAL_PAGE_KEY: approval_request(intent, approval_url)}}
     return view
@@ -222,59 +231,46 @@ class Tasks:
     async def created_for(self, view: CallerView, namespace: str, name: str) -> dict[str, Any] | None:
         """The task for an Intent the caller just made (or repeated) that waits for a person; read back with the
         caller's credentials first, so that a tasks/get for it resolves (SEP-2663: durably created)."""
-        intent = await self._read(view, namespace, name)
-        phase = (intent.get("status") or {}).get("phase") if intent is not None else None
-        return created(intent) if intent is not None and phase == "AwaitingApproval" else None
+        found = await self._read(view, namespace, name)
+        return created(found.body) if found is not None and found.phase == "AwaitingApproval" else None
 
     async def get(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
-        _, intent = await self._task(ctx, "tasks/get", params.task_id)
+        _, found = await self._task(ctx, "tasks/get", params.task_id)
         offer = None
-        if self.console_url and url_elicitation(ctx.session.client_capabilities) and \
-                _uid(intent) not in self._answered:
-            meta = intent["metadata"]
-            offer = approval_page(self.console_url, meta["namespace"], meta["name"])
-        return detailed(intent, self.result_of(intent), offer)
+        if self.console_url and url_elicitation(ctx.session.client_capabilities) and found.uid not in self._answered:
+            offer = approval_page(self.console_url, found.namespace, found.name)
+        return detailed(found.body, self.result_of(found.body), offer)
 
     async def update(self, ctx: Ctx, params: UpdateTaskParams) -> dict[str, Any]:
-        view, intent = await self._task(ctx, "tasks/update", params.task_id)
+        view, found = await self._task(ctx, "tasks/update", params.task_id)
         answer = params.input_responses.get(APPROVAL_PAGE_KEY)
-        if isinstance(answer, dict) and (intent.get("status") or {}).get("phase") == "AwaitingApproval":
+        if isinstance(answer, dict) and found.phase == "AwaitingApproval":
             # Whatever the answer (accept: the person opens the page; decline, cancel), it approves nothing and
             # withdraws nothing; the page is just not offered again. Other keys were never issued: ignored.
-            self._remember(_uid(intent), str(answer.get("action")))
+            self._remember(found.uid, str(answer.get("action")))
             log.info("%s answered the approval page of %s: %s (approves nothing)", view.username, params.task_id,
                      answer.get("action"))
         return {}
 
     async def cancel(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
-        view, intent = await self._task(ctx, "tasks/cancel", params.task_id)
-        meta = intent["metadata"]
+        view, found = await self._task(ctx, "tasks/cancel", params.task_id)
         for _ in range(5):
-            status = intent.get("status") or {}
-            phase = status.get("phase")
-            if phase in FINAL_PHASES:
-                raise MCPError(types.INVALID_PARAMS, f"Task {task_id(meta['namespace'], meta['name'])} has ended "
-                               f"({status_of(intent)}, {status.get('code')}): there is nothing to cancel.",
-                               {"status": status_of(intent), "code": status.get("code")})
-            if phase == "Executing":
-                raise MCPError(types.INVALID_PARAMS, f"Task {task_id(meta['namespace'], meta['name'])} is executing "
-                               "on the device already and can no longer be withdrawn; tasks/get gives its outcome.",
-                               {"status": "working", "phase": phase})
-            if CANCEL_ANNOTATION in (intent["metadata"].get("annotations") or {}):
+            _refuse_to_cancel(found)
+            if CANCEL_ANNOTATION in (found.intent.metadata.annotations or {}):
                 return {}  # withdrawn already: the controller is ending it
             # Conditional on the version read: cancel only what was seen not to have started.
-            body = {"metadata": {"resourceVersion": intent["metadata"].get("resourceVersion"),
+            body = {"metadata": {"resourceVersion": found.intent.metadata.resource_version,
                                  "annotations": {CANCEL_ANNOTATION: CANCEL_REASON}}}
             try:
                 await view.follower.api.request(
-                    "PATCH", path_of(GROUP, VERSION, "intents", meta["namespace"], meta["name"]), body=body,
+                    "PATCH", path_of(GROUP, VERSION, "intents", found.namespace, found.name), body=body,
                     content_type="application/merge-patch+json")
             except ApiError as err:
                 if err.status == 409:
-                    again = await self._read(view, meta["namespace"], meta["name"])
+                    again = await self._read(view, found.namespace, found.name)
                     if again is None:
                         raise _not_found(params.task_id) from None
-                    intent = again
+                    found = again
                     continue
                 if err.status == 404:
                     raise _not_found(params.task_id) from None
@@ -283,12 +279,12 @@ class Tasks:
                                {"code": "DENY_SCOPE" if err.status in (401, 403) else "FAILED"}) from None
             if self.audit is not None:
                 self.audit.note("gateway.task_cancelled", view.username or "anonymous",
-                                {"task": task_id(meta["namespace"], meta["name"]), "reason": CANCEL_REASON},
-                                uid=_uid(intent))
+                                {"task": task_id(found.namespace, found.name), "reason": CANCEL_REASON},
+                                uid=found.uid)
             return {}
         raise MCPError(types.INTERNAL_ERROR, f"Task {params.task_id} kept changing; try tasks/cancel again.")
 
-    async def _task(self, ctx: Ctx, method: str, value: str) -> tuple[CallerView, dict[str, Any]]:
+    async def _task(self, ctx: Ctx, method: str, value: str) -> tuple[CallerView, Found]:
         """The caller's view and the Intent a task id names, read as the caller, if it is the caller's own."""
         if not self.wanted(ctx):
             raise missing_extension()
@@ -304,30 +300,35 @@ class Tasks:
                 self.refused(view, method, {"taskId": value}, "DENY_SCOPE", f"may not get Intent {ns}/{name}")
                 continue
             try:
-                intent = await self._read(view, ns, name)
+                found = await self._read(view, ns, name)
             except ApiError as err:
                 if err.status not in (401, 403):
                     raise
                 self.refused(view, method, {"taskId": value}, "DENY_SCOPE", f"may not get Intent {ns}/{name}")
                 continue
-            if intent is None:
+            if found is None:
                 continue
-            requester = (intent.get("spec") or {}).get("requester")
+            requester = found.intent.spec.requester
             if not view.username or requester != view.username:
                 self.refused(view, method, {"taskId": value}, "DENY_SCOPE",
                              f"the task {ns}/{name} is not the caller's: its requester is {requester}")
                 continue
-            return view, intent
+            return view, found
         raise _not_found(value)
 
     @staticmethod
-    async def _read(view: CallerView, namespace: str, name: str) -> dict[str, Any] | None:
+    async def _read(view: CallerView, namespace: str, name: str) -> Found | None:
         try:
-            return await view.follower.get(namespace, name)
+            body = await view.follower.get(namespace, name)
         except ApiError as err:
             if err.status == 404:
                 return None
             raise
+        try:
+            return Found(body, parse(Intent, body))
+        except Malformed as err:  # the API server validated it: not seen in practice, and never a crash
+            log.warning("%s; it is not a task", err)
+            return None
 
     def _remember(self, uid: str, action: str) -> None:
         self._answered[uid] = action
@@ -336,5 +337,40 @@ class Tasks:
             self._answered.popitem(last=False)
 
 
-def _uid(intent: dict[str, Any]) -> str:
-    return str((intent.get("metadata") or {}).get("uid") or "")
+@dataclass(frozen=True)
+class Found:
+    """An Intent read as the caller: as the API server sent it (what the task's texts and result are made from)
+    and as its model (what the methods decide on)."""
+
+    body: dict[str, Any]
+    intent: Intent
+
+    @property
+    def namespace(self) -> str:
+        return self.intent.metadata.namespace or ""
+
+    @property
+    def name(self) -> str:
+        return self.intent.metadata.name or ""
+
+    @property
+    def uid(self) -> str:
+        return self.intent.metadata.uid or ""
+
+    @property
+    def phase(self) -> Phase | None:
+        return self.intent.status.phase if self.intent.status is not None else None
+
+
+def _refuse_to_cancel(found: Found) -> None:
+    """What cannot be withdrawn any more: an Intent that has ended, or one executing on the device already."""
+    status, phase = found.intent.status, found.phase
+    if phase in FINAL_PHASES:
+        code = status.code if status is not None else None
+        raise MCPError(types.INVALID_PARAMS, f"Task {task_id(found.namespace, found.name)} has ended "
+                       f"({status_of(found.body)}, {code}): there is nothing to cancel.",
+                       {"status": status_of(found.body), "code": code})
+    if phase == "Executing":
+        raise MCPError(types.INVALID_PARAMS, f"Task {task_id(found.namespace, found.name)} is executing "
+                       "on the device already and can no longer be withdrawn; tasks/get gives its outcome.",
+                       {"status": "working", "phase": phase})

@@ -126,6 +126,18 @@ class VisibleDevice:
         }
 
 
+@dataclass(frozen=True)
+class Grants:
+    """What the caller may do beyond reading, per namespace."""
+
+    create_intents: frozenset[str]  # namespaces
+
+    def controllable(self, device: VisibleDevice) -> list[Actuator]:
+        if device.namespace not in self.create_intents:
+            return []
+        return device.usable_actuators()
+
+
 def action_of(actuator: Actuator) -> dict[str, Any]:
     return {
         "actuator": actuator.id,

@@ -4,7 +4,9 @@ kopf filters by label after it has received every object; for Secrets that would
 of a namespace. This informer asks the API server for the labelled ones only (the enrollment credentials),
 lists them, then watches from the list's resourceVersion, and lists again after a gap (410 Gone, a broken
 connection). Handlers get ("ADDED" | "MODIFIED" | "DELETED", object) on the loop, and `synced` is set once
-the first list of every namespace has been handed over.
+the first list of every namespace has been handed over. The gateway watches with each caller's own client the
+same way: a field selector narrows a watch to one object, and `on_state` hears when a namespace's watch is
+following (after a list was handed over) or broke (with why), for callers who must know when to read instead.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from corral.kube.workqueue import Result, WorkQueue, run_workers
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, Body], None]
+StateHandler = Callable[[str | None, Exception | None], None]  # namespace, None (following) or why it broke
 WATCH_S = 300
 
 
 class Informer:
     def __init__(self, api: AsyncApi, group: str, version: str, plural: str, label_selector: str,
-                 namespaces: tuple[str, ...], handler: Handler) -> None:
+                 namespaces: tuple[str, ...], handler: Handler, *, field_selector: str = "",
+                 on_state: StateHandler | None = None) -> None:
         self.api = api
         self.group, self.version, self.plural = group, version, plural
         self.selector = label_selector
+        self.selectors = {"labelSelector": label_selector, **({"fieldSelector": field_selector} if field_selector else {})}
+        self.on_state = on_state
         self.namespaces: tuple[str | None, ...] = namespaces or (None,)
         self.handler = handler
         self.synced = asyncio.Event()
@@ -49,11 +55,12 @@ class Informer:
         backoff = 0.5
         while True:
             try:
-                listed = await self.api.request("GET", collection, params={"labelSelector": self.selector})
+                listed = await self.api.request("GET", collection, params=self.selectors)
                 self._replace(namespace, listed.get("items") or [])
                 version = listed["metadata"]["resourceVersion"]
+                self._state(namespace, None)
                 while True:
-                    params = {"labelSelector": self.selector, "resourceVersion": version, "timeoutSeconds": str(WATCH_S)}
+                    params = {**self.selectors, "resourceVersion": version, "timeoutSeconds": str(WATCH_S)}
                     async for event in self.api.watch(collection, params, WATCH_S):
                         backoff = 0.5
                         obj, kind = event.get("object") or {}, event.get("type")
@@ -68,8 +75,13 @@ class Informer:
                 level = logging.INFO if isinstance(err, ApiError) and err.status == 410 else logging.WARNING
                 log.log(level, "watch of %s (%s) in %s broke: %s; listing again", self.plural, self.selector,
                         namespace or "all namespaces", err)
+                self._state(namespace, err)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+    def _state(self, namespace: str | None, err: Exception | None) -> None:
+        if self.on_state is not None:
+            self.on_state(namespace, err)
 
     def _replace(self, namespace: str | None, items: list[Body]) -> None:
         known = self._known.setdefault(namespace, {})
