@@ -45,7 +45,7 @@ def intent_body(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def controller(kube: FakeKube, recorder: FakeRecorder) -> IntentController:
-    return IntentController(IntentSettings(), kube, object(), recorder, NoDevices(), object(),  # type: ignore[arg-type]
+    return IntentController(IntentSettings(), kube, object(), recorder, NoDevices(), object(),
                             DecisionIndex())
 
 

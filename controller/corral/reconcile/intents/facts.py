@@ -119,10 +119,10 @@ def facts_of(intent: StoredIntent, view: DeviceView | None, labels: dict[str, st
 
 
 def device_labels(view: DeviceView | None) -> dict[str, str]:
-    """The Device's labels (grants select by them); the port hands the Device as its raw body."""
-    if view is None:
+    """The Device's labels (grants select by them)."""
+    if view is None or view.device is None:
         return {}
-    return dict((view.body.get("metadata") or {}).get("labels") or {})
+    return dict(view.device.metadata.labels or {})
 
 
 def checked_value(view: DeviceView | None, intent: StoredIntent) -> Any:

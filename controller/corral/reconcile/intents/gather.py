@@ -29,7 +29,6 @@ from corral.decide.idempotency import params_hash
 from corral.decide.ratelimit import Limited
 from corral.kube.access import AccessReviews
 from corral.kube.cache import TypedCache
-from corral.kube.typed import Body
 from corral.reconcile.devices.port import DevicePort, DeviceView
 from corral.reconcile.guards.interlocks import Interlocks
 from corral.reconcile.guards.leases import Leases
@@ -87,8 +86,8 @@ class Gatherer:
         self.leases = leases  # exclusive control of Devices (None: no Lease objects are watched, none hold)
         self.pauses = pauses  # the agents kill switch of each namespace (None: agents are never paused)
 
-    async def gather(self, intent: StoredIntent, asked: Body, view: DeviceView | None) -> Gathered:
-        """The facts for deciding the Intent (`asked` is its body as it came, for the requester's rate limit)."""
+    async def gather(self, intent: StoredIntent, view: DeviceView | None) -> Gathered:
+        """The facts for deciding the Intent."""
         namespace, labels = namespace_of(intent), device_labels(view)
         facts, device = facts_of(intent, view, labels)
         requester_may = await self.requester_may(facts, device, namespace, intent.spec.requester_groups)
@@ -96,7 +95,7 @@ class Gatherer:
         digest = params_hash(namespace, spec_body(intent))
         now = datetime.now(UTC)
         grants = await self.grants_for(intent, view, labels, now)
-        limited = self.requests.verdict(asked)
+        limited = self.requests.verdict(intent)
         return Gathered(facts, device, requester_may, approvals, digest, now, self.policy, self.guards(intent, view),
                         self.evidence(facts, device), grants, limited)
 

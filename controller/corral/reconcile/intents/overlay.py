@@ -52,6 +52,7 @@ class Overlay:
                                           {**base, "before": {field_name: before}, "after": {field_name: text}})
 
 
-def _overlay(view: DeviceView) -> dict[str, Any]:
-    """The Device's spec.overlay (the port hands the Device as its raw body)."""
-    return dict((view.body.get("spec") or {}).get("overlay") or {})
+def _overlay(view: DeviceView) -> dict[str, str]:
+    """The Device's spec.overlay, field by field."""
+    overlay = view.device.spec.overlay if view.device is not None else None
+    return overlay.model_dump(by_alias=False) if overlay is not None else {}

@@ -26,7 +26,6 @@ from corral.audit.decisions import DecisionIndex
 from corral.audit.log import AuditLog, Unwritable
 from corral.decide.decision import Decision
 from corral.kube.cache import Key, TypedCache
-from corral.kube.typed import Body
 from corral.kube.workqueue import Result
 from corral.obs import tracing
 from corral.reconcile.devices.port import DevicePort, DeviceView
@@ -60,19 +59,19 @@ class IntentReconciler:
         self.malformed = malformed
 
     async def reconcile(self, key: Key) -> Result:
-        intent, asked = self.intents.get(key), self.intents.body(key)
-        if intent is None or asked is None:
+        intent = self.intents.get(key)
+        if intent is None:
             return await self.malformed.tell(key)
         # Joins the trace of whoever created the Intent (the gateway's tool call), if it carries one.
         with tracing.tracer().start_as_current_span(
                 "corral.intent.decide", context=tracing.context_of(self.outcomes.traces.of(trace_source(intent))),
                 attributes={"corral.intent": name_of(intent)}):
             try:
-                return await self._reconcile(key, intent, asked)
+                return await self._reconcile(key, intent)
             except Unwritable:
                 return await self.outcomes.wait_for_audit(key)
 
-    async def _reconcile(self, key: Key, intent: StoredIntent, asked: Body) -> Result:
+    async def _reconcile(self, key: Key, intent: StoredIntent) -> Result:
         phase = status_of(intent).phase
         if phase in FINAL_PHASES:
             return await self.outcomes.housekeep(intent)
@@ -92,7 +91,7 @@ class IntentReconciler:
             # Decided to execute, on record, but the controller stopped before status said so: carry on.
             intent = await self._executing_restored(intent, executing)
         elif phase != "Executing":
-            return await self._decide(key, intent, asked, view)
+            return await self._decide(key, intent, view)
         self.handovers.hand_over(key, intent, None)  # resumed after a restart: carried on, never decided again
         return Result.done()
 
@@ -102,8 +101,8 @@ class IntentReconciler:
                                                   "before": data.get("before"), "approval": data.get("approval"),
                                                   "command_id": data["commandId"]}, "executing-restored")
 
-    async def _decide(self, key: Key, intent: StoredIntent, asked: Body, view: DeviceView | None) -> Result:
-        gathered = await self.gatherer.gather(intent, asked, view)
+    async def _decide(self, key: Key, intent: StoredIntent, view: DeviceView | None) -> Result:
+        gathered = await self.gatherer.gather(intent, view)
         decision = await self._settled(intent, view, gathered)
         return await self.dispatch.act(key, intent, view, decision, gathered.now, gathered.digest)
 

@@ -66,7 +66,7 @@ class IntentController:
         self.approvals: TypedCache[Approval] = TypedCache(Approval)
         self.grants = grants if grants is not None else Grants(kube, access)
         # Each requester's Intents, for its rate limit (counted from the Intents themselves, so a restart agrees).
-        self.requests = RequestIndex(settings.policy.rate_limit, self.intents.body)
+        self.requests = RequestIndex(settings.policy.rate_limit, self.intents.get)
         self.traces = tracing.FirstTraces()  # the trace each Intent was created in: read once, at creation
         self.decisions: WorkQueue[Key] = WorkQueue("intents")
         self.outcomes = Outcomes(settings, kube, recorder, audit, self.intents, self.approvals, self.traces)
@@ -90,7 +90,6 @@ class IntentController:
 
     def on_intent_event(self, event_type: str, body: Body) -> None:
         """For(Intent)."""
-        self.requests.observe(event_type, body)
         key = key_of(body)
         if event_type == "DELETED":
             self._forget(key, body)
@@ -103,6 +102,9 @@ class IntentController:
             self.decisions.add(key)
             return
         self.malformed.forget(key)
+        seen = change.after if change is not None else self.intents.get(key)  # an older copy: the same request
+        if seen is not None:
+            self.requests.observe(event_type, seen)
         if change is not None:
             self.outcomes.track(key, change.after)
             self.decisions.add(key)
@@ -156,6 +158,8 @@ class IntentController:
             gone: StoredIntent | None = parse(StoredIntent, body)
         except Malformed:
             gone = cached
+        if gone is not None:
+            self.requests.observe("DELETED", gone)
         uid = meta_of(body).uid or ""
         self.traces.forget(uid)
         self.outcomes.track(key, None)
