@@ -40,16 +40,24 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("campaign" if config.getoption("--slow") else "default-run")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: scripts/test runs `-m "not node"`, then `-m node`
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The tests on the real node run last, together: the node (kubelet, containerd, the chart's Pods) then lives
     # only for them instead of loading two cores under the rest of the suite. The sort is stable: file order holds.
-    items.sort(key=lambda item: "node_plane" in getattr(item, "fixturenames", ()))
+    items.sort(key=_on_the_node)
+    for item in items:
+        if _on_the_node(item):
+            item.add_marker(pytest.mark.node)
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="long campaign: run with --slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def _on_the_node(item: pytest.Item) -> bool:
+    return "node_plane" in getattr(item, "fixturenames", ())
 
 
 def _say(config: pytest.Config):
