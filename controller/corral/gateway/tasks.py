@@ -39,6 +39,7 @@ from corral.api.codes import CANCEL_ANNOTATION, FINAL_PHASES, GROUP, VERSION, Ph
 from corral.api.intent import Intent
 from corral.audit.log import AuditLog
 from corral.contract.values import shown
+from corral.gateway.tools.intents import parts
 from corral.gateway.view import CallerView
 from corral.kube.client import ApiError, path_of
 from corral.kube.typed import Malformed, parse
@@ -92,12 +93,6 @@ def approval_page(console_url: str, namespace: str, name: str) -> str:
 def valid_console_url(url: str) -> bool:
     parts = urlsplit(url)
     return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.query and not parts.fragment
-
-
-def parts(intent: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """An Intent's metadata, spec and status as the API server wrote them. The task's texts pass its times and
-    messages on as written (the model would re-format a time), and these functions also map partial bodies."""
-    return intent.get("metadata") or {}, intent.get("spec") or {}, intent.get("status") or {}
 
 
 def status_of(intent: dict[str, Any]) -> TaskStatus:
