@@ -15,10 +15,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from corral.kube.cache import Body, Key, ObjectCache, key_of
+from corral.kube.cache import Body, key_of
 from corral.kube.client import ApiError, AsyncApi, path_of
 from corral.kube.tasks import cancel_all
-from corral.kube.workqueue import Result, WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 
@@ -104,36 +103,3 @@ class Informer:
             self.handler(kind, obj)
         except Exception:
             log.exception("handling %s %s of %s failed", kind, key_of(obj), self.plural)
-
-
-class WatchedKind:
-    """One of Corral's kinds, listed then watched (an Informer) into `objects`, with one worker reconciling the
-    keys `on_event` puts on `queue`. Subclasses say what an event means (on_event) and what the worker does
-    (reconcile)."""
-
-    def __init__(self, api: AsyncApi, group: str, version: str, plural: str, namespaces: tuple[str, ...]) -> None:
-        self.objects = ObjectCache()
-        self.queue: WorkQueue[Key] = WorkQueue(plural)
-        self.informer = Informer(api, group, version, plural, "", namespaces, self.on_event)
-        self._worker: asyncio.Task[None] | None = None
-
-    @property
-    def synced(self) -> asyncio.Event:
-        """Set once every watched namespace was listed: before that, nothing may be decided or driven."""
-        return self.informer.synced
-
-    def start(self) -> None:
-        self.informer.start()
-        self._worker = asyncio.create_task(run_workers(self.queue, self.reconcile, 1),
-                                           name=f"corral-{self.informer.plural}")
-
-    async def stop(self) -> None:
-        self.queue.close()
-        await cancel_all([self._worker])
-        await self.informer.stop()
-
-    def on_event(self, event_type: str, body: Body) -> None:
-        raise NotImplementedError
-
-    async def reconcile(self, key: Key) -> Result:
-        raise NotImplementedError
