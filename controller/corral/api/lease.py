@@ -21,8 +21,6 @@ from pydantic.alias_generators import to_camel
 
 from corral.api.base import ObjectMeta
 
-Body = dict[str, Any]
-
 API_VERSION: Final = "coordination.k8s.io/v1"
 GROUP, VERSION, PLURAL = "coordination.k8s.io", "v1", "leases"
 LABEL: Final = "corral.dev/lease"
@@ -69,7 +67,7 @@ class LeaseObject(_Read):
 
 
 def lease_body(namespace: str, device: str, holder: str, holder_id: str | None, ttl_s: int, reason: str,
-               acquired: str, now: datetime) -> Body:
+               acquired: str, now: datetime) -> dict[str, Any]:
     """The Lease of a Device newly taken (or renewed) by this holder."""
     identity = f"{holder}/{holder_id}" if holder_id else holder
     annotations: dict[str, Any] = {HOLDER: holder, REASON: reason[:512]}
@@ -84,12 +82,12 @@ def lease_body(namespace: str, device: str, holder: str, holder_id: str | None, 
     }
 
 
-def renewed(current: Body, now: datetime) -> Body:
+def renewed(current: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The Lease as it was, renewed now: every other field kept for the write (a PUT replaces the object)."""
     return {**current, "spec": {**current.get("spec", {}), "renewTime": micro(now)}}
 
 
-def tombstone(current: Body, by: str, reason: str, now: datetime) -> Body:
+def tombstone(current: dict[str, Any], by: str, reason: str, now: datetime) -> dict[str, Any]:
     """The Lease as it was, held by nobody, remembering who broke it, when and why."""
     metadata = current.get("metadata", {})
     annotations = {**metadata.get("annotations", {}), BROKEN_BY: by, BROKEN_REASON: reason[:512], BROKEN_AT: micro(now)}
@@ -97,7 +95,7 @@ def tombstone(current: Body, by: str, reason: str, now: datetime) -> Body:
             "spec": {**current.get("spec", {}), "holderIdentity": None}}
 
 
-def versioned(body: Body, resource_version: str | None) -> Body:
+def versioned(body: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
     """The body to write over the Lease read at `resource_version`: the API server refuses it if that has changed."""
     return {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
 
