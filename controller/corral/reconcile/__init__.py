@@ -3,5 +3,7 @@
 - `devices/`: what devices say over MQTT, and reconciling each Device toward its target;
 - `intents/`: deciding and executing Intents (the judgement itself is `corral.decide`, pure);
 - `guards/`: interlocks, device leases and the agents' pause, consulted by both;
-- `controller.py` wires them together and `handlers.py` is the only contact with kopf.
+- `mqttside.py`: the broker link and what hears devices through it;
+- `controller.py` wires them together (which events queue which keys) and `handlers.py` is the only contact
+  with kopf.
 """
