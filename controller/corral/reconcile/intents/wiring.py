@@ -35,7 +35,7 @@ from corral.reconcile.intents.actuate import Actuate
 from corral.reconcile.intents.dispatch import Dispatch
 from corral.reconcile.intents.effects import Effects
 from corral.reconcile.intents.execute import ExecutionReconciler, Handovers
-from corral.reconcile.intents.facts import StoredIntent, status_of, value_of
+from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, value_of
 from corral.reconcile.intents.gather import Gatherer
 from corral.reconcile.intents.grants import Grants
 from corral.reconcile.intents.kinds import Kinds
@@ -141,14 +141,15 @@ class IntentController:
         execution has re-applied its target, and then sends it with the Intent's own command id."""
         for body in intents:
             self.on_intent_event("ADDED", body)
-            intent = self.intents.get(key_of(body))
+            key = key_of(body)
+            intent = self.intents.get(key)
             status = status_of(intent) if intent is not None else None
             if intent is None or status is None or status.phase != "Executing" or not status.command_id:
                 continue
-            view = self.devices.view(key_of(body)[0], intent.spec.device)
+            view = self.devices.view(key[0], intent.spec.device)
             if view is not None and view.device_id:
                 self.devices.pin(view.device_id, intent.spec.actuator, value_of(intent), status.command_id,
-                                 f"{key_of(body)[0]}/{key_of(body)[1]}", None)
+                                 name_of(intent), None)
 
     def _forget(self, key: Key, body: Body) -> None:
         """A deleted Intent: out of the caches, and a primed pin nobody will resume released."""
