@@ -45,9 +45,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The tests on the real node run last, together: the node (kubelet, containerd, the chart's Pods) then lives
     # only for them instead of loading two cores under the rest of the suite. The sort is stable: file order holds.
     items.sort(key=_on_the_node)
+    workers = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if _on_the_node(item):
             item.add_marker(pytest.mark.node)
+        if workers:
+            # With pytest-xdist's `--dist loadgroup`: a module stays on one worker (its module-scoped planes and
+            # fleets start once), and every test on the real node on the same one (the machine has one node).
+            item.add_marker(pytest.mark.xdist_group("node" if _on_the_node(item) else item.nodeid.split("::")[0]))
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="long campaign: run with --slow")
