@@ -36,7 +36,7 @@ from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, tra
 from corral.reconcile.intents.gather import Gathered, Gatherer
 from corral.reconcile.intents.malformed import MalformedIntents
 from corral.reconcile.intents.outcomes import Outcomes
-from corral.reconcile.intents.settings import IntentSettings as IntentSettings
+from corral.reconcile.intents.settings import IntentSettings as IntentSettings  # where the command line finds it
 
 __all__ = ["IntentReconciler", "IntentSettings"]
 
