@@ -3,7 +3,9 @@
 If `corral dev up` already runs in this checkout (.corral/dev), the tests reuse
 it; otherwise they start their own plane in a temporary directory and remove
 it afterwards. They never read $KUBECONFIG, so a test run cannot touch any
-other cluster.
+other cluster. Under pytest-xdist (`-n 2 --dist loadgroup`) each worker starts
+a plane of its own, a module runs on one worker, and the tests on the real
+node (one per machine) all on the same one.
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ def _say(config: pytest.Config):
 def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     say = _say(request.config)
     dev_dir = Path(os.environ.get("CORRAL_DEV_STATE_DIR", REPO_ROOT / ".corral" / "dev"))
-    running = DevPlane(dev_dir, progress=say).running()
+    # Under pytest-xdist every worker starts a plane of its own: cluster-wide objects of fixed names (the readings
+    # APIService, the admission policies) must not be shared by tests running at the same moment.
+    running = DevPlane(dev_dir, progress=say).running() if "PYTEST_XDIST_WORKER" not in os.environ else None
     if running is not None:
         say(f"reusing the plane of `corral dev up` in {dev_dir}")
         request.config.stash[PLANE_SUMMARY] = _describe(running)
@@ -152,6 +156,20 @@ def _describe(plane: Plane) -> list[str]:
         f"goVersion={version.go_version} platform={version.platform} at {plane.server}",
         f"MQTT broker: {plane.mqtt_url}",
     ]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # On a pytest-xdist worker: the summary of its plane goes to the controller, which prints every worker's.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["plane_summary"] = session.config.stash.get(PLANE_SUMMARY, [])
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a worker finished
+def pytest_testnodedown(node) -> None:
+    lines = getattr(node, "workeroutput", {}).get("plane_summary") or []
+    worker = node.gateway.id
+    node.config.stash.setdefault(PLANE_SUMMARY, []).extend(f"{worker}: {line}" for line in lines)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
