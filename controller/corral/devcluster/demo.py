@@ -12,7 +12,6 @@ plane outlives a killed demo (it runs detached, like `corral dev up`'s); `stop()
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import urllib.request
 from collections.abc import Callable
@@ -245,10 +244,7 @@ class Demo:
         demosteps.check_children(self.children)
 
     def stop(self) -> None:
-        # A second Ctrl-C (or SIGTERM) must not cut the clean-up short and leave processes behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        demosteps.stop_children(self.children, self.progress)
+        demosteps.stop_uninterrupted(self.children, self.progress)
         if self._readings_api is not None:
             # An APIService nobody serves makes API discovery fail for every kubectl on a plane that stays up.
             try:

@@ -51,6 +51,14 @@ def check_children(children: list[Child]) -> None:
             raise DevClusterError(f"the {child.name} exited with {child.proc.returncode} (log {child.log}):\n{tail}")
 
 
+def stop_uninterrupted(children: list[Child], progress: Progress) -> None:
+    """stop_children, with a second Ctrl-C (or SIGTERM) ignored from here on: it must not cut the clean-up short
+    and leave processes (or a half-removed node) behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stop_children(children, progress)
+
+
 def stop_children(children: list[Child], progress: Progress) -> None:
     """SIGTERM to all, newest first, then wait for each (killed after 20 s)."""
     for child in reversed(children):

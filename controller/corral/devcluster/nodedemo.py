@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -337,10 +336,7 @@ class NodeDemo:
         demosteps.check_children(self.children)
 
     def stop(self) -> None:
-        # A second Ctrl-C (or SIGTERM) must not cut the clean-up short and leave the node half removed.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        demosteps.stop_children(self.children, self.progress)
+        demosteps.stop_uninterrupted(self.children, self.progress)
         if self._node is not None:
             self.progress("taking down the node the demo started (the release stays in the plane's etcd)")
             for line in self._node.down():

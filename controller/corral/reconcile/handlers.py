@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from corral.contract.signature import load_public_key
 from corral.kube.client import ApiError
 from corral.kube.events import EventRecorder
 from corral.kube.objects import Kube
+from corral.kube.typed import Body
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.controller import Controller
 from corral.reconcile.intents.reconciler import IntentSettings
@@ -98,29 +100,28 @@ def _lifecycle(registry: kopf.OperatorRegistry, config: ControllerConfig, intent
         return running.controller is not None and running.controller.healthy
 
 
+# Each watched kind, and the controller's method that maps its events to keys (controller.py says which).
+_WATCHED: tuple[tuple[str, Callable[[Controller], Callable[[str, Body], None]]], ...] = (
+    ("devices", lambda controller: controller.on_device_event),
+    ("intents", lambda controller: controller.on_intent_event),
+    ("approvals", lambda controller: controller.on_approval_event),
+    ("approvalgrants", lambda controller: controller.on_grant_event),
+)
+
+
 def _watches(registry: kopf.OperatorRegistry, running: _Running) -> None:
-    """One handler per watched kind, each handing the event to the controller, which maps it to keys.
-    kopf reports the objects found by its initial listing with event type None."""
+    """One handler per watched kind, each handing the event to the controller, which maps it to keys."""
+    for plural, deliver in _WATCHED:
+        kopf.on.event(GROUP, VERSION, plural, id=f"{plural}-event", registry=registry)(_handing_over(running, deliver))
 
-    @kopf.on.event(GROUP, VERSION, "devices", registry=registry)
-    async def device_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if running.controller is not None:
-            running.controller.on_device_event(event.get("type") or "ADDED", dict(body))
 
-    @kopf.on.event(GROUP, VERSION, "intents", registry=registry)
-    async def intent_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+def _handing_over(running: _Running,
+                  deliver: Callable[[Controller], Callable[[str, Body], None]]) -> Callable[..., Awaitable[None]]:
+    async def handle(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         if running.controller is not None:
-            running.controller.on_intent_event(event.get("type") or "ADDED", dict(body))
-
-    @kopf.on.event(GROUP, VERSION, "approvals", registry=registry)
-    async def approval_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if running.controller is not None:
-            running.controller.on_approval_event(event.get("type") or "ADDED", dict(body))
-
-    @kopf.on.event(GROUP, VERSION, "approvalgrants", registry=registry)
-    async def grant_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if running.controller is not None:
-            running.controller.on_grant_event(event.get("type") or "ADDED", dict(body))
+            # kopf reports the objects found by its initial listing with event type None.
+            deliver(running.controller)(event.get("type") or "ADDED", dict(body))
+    return handle
 
 
 def _configure(settings: kopf.OperatorSettings) -> None:
