@@ -33,7 +33,8 @@ from tests.controller_harness import ControllerProcess, device, events, set_targ
 from tests.fleet_harness import enroll_devices, running_fleet
 from tests.harness import fresh_namespace, scrape, wait_for
 
-pytestmark = pytest.mark.integration
+# alone: the other device's pace is compared before and during the flood, which a second worker's load would sway.
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 NOISY, CALM, VICTIM = "noisy-lamp", "calm-lamp", "victim-lock"
 
