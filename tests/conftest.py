@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("campaign" if config.getoption("--slow") else "default-run")
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: scripts/test runs `-m "not node"`, then `-m node`
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: scripts/test selects its tiers by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The tests on the real node run last, together: the node (kubelet, containerd, the chart's Pods) then lives
     # only for them instead of loading two cores under the rest of the suite. The sort is stable: file order holds.
@@ -54,13 +54,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if workers:
             # With pytest-xdist's `--dist loadgroup`: a module stays on one worker (its module-scoped planes and
             # fleets start once), and every test on the real node on the same one (the machine has one node).
-            item.add_marker(pytest.mark.xdist_group("node" if _on_the_node(item) else item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="long campaign: run with --slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# Modules that must not run at the same moment on two workers: both start a demo, which takes the README's audit
+# port 8443 when it is free (corral.devcluster.demo.AUDIT_PORT); two checking at once would both take it.
+ONE_WORKER = {"tests/integration/test_demo.py": "demo", "tests/integration/test_readme.py": "demo"}
+
+
+def _worker_group(item: pytest.Item) -> str:
+    if _on_the_node(item):
+        return "node"
+    module = item.nodeid.split("::")[0]
+    return ONE_WORKER.get(module, module)
 
 
 def _on_the_node(item: pytest.Item) -> bool:
