@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.audit.correlate import COMBINED_PREFIX, EventCorrelator, EventKey
 from corral.devices.limits import BurstReports, DeviceLimits, TokenBucket
+from corral.kube.correlate import COMBINED_PREFIX, EventCorrelator, EventKey
 
 
 def test_a_bucket_allows_its_burst_at_once_then_its_rate() -> None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from corral.audit.correlate import EventCorrelator, EventKey
 from corral.kube.client import ApiError
+from corral.kube.correlate import EventCorrelator, EventKey
 from corral.obs import metrics
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class EventRecorder:
         related: ObjectRef | None = None,
     ) -> None:
         """Stamp the Event and queue it; call on the event loop. Nothing waits for the API server. An object
-        that has had too many Events lately gets none (audit.correlate): the audit log keeps the facts."""
+        that has had too many Events lately gets none (kube.correlate): the audit log keeps the facts."""
         key = EventKey(regarding.kind, regarding.namespace, regarding.name, regarding.uid, reason, type_)
         correlated = self.correlator.correlate(key, note, time.monotonic())
         if correlated is None:
