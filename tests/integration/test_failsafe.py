@@ -33,7 +33,7 @@ from tests.fleet_harness import Message, Watcher, enroll_devices, hardware_appli
 from tests.harness import fresh_namespace, wait_for
 from tests.mqtt5_harness import Account, client, granted
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]  # its failsafe delays are timed: not beside another worker
 
 SENSOR = "bath-climate"
 SPARE = "spare-sensor"  # enrolled, never connected: an account to attack the heartbeat with
