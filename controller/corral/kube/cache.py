@@ -155,6 +155,10 @@ class TypedCache(Generic[M]):
 
     def upsert(self, body: Body) -> TypedChange[M] | None:
         """Keep body if it is newer than what is cached (None when it is not); `Malformed` if its model refuses it."""
+        # Freshness first: a stale copy (a watch echo of our own write, a relist) is neither parsed nor allowed to
+        # evict a newer version; a refused one is remembered as deleted, so its repeats are not refused again.
+        if self.raw.upsert(body) is None:
+            return None
         key = key_of(body)
         try:
             obj = parse(self.model, body)
@@ -162,8 +166,6 @@ class TypedCache(Generic[M]):
             self.raw.remove(body)
             self._objects.pop(key, None)
             raise
-        if self.raw.upsert(body) is None:
-            return None
         before = self._objects.get(key)
         self._objects[key] = obj
         return TypedChange(key, before, obj)
