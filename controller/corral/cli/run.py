@@ -109,8 +109,18 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Seconds before a Capability no Device uses is deleted (only when watching all namespaces).")
 @click.option("--intent-timeout", type=float, default=10.0, show_default=True,
               help="Seconds to wait for the device to report an executed Intent's value.")
-@click.option("--intent-ttl", type=float, default=86400.0, show_default=True,
-              help="Seconds finished Intents are kept before they are deleted.")
+@click.option("--intent-retention", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+              help="Seconds a finished Intent is kept after it was decided, then deleted (as a Job's "
+                   "ttlSecondsAfterFinished; a dry run's, 600); its records stay in the audit log, and a replay of its "
+                   "name is answered from there for --idempotency-window.")
+# The name before 1 h became the default; kept so that existing command lines and charts still start.
+@click.option("--intent-ttl", type=click.FloatRange(min=0), hidden=True,
+              help="Deprecated: --intent-retention.")
+@click.option("--idempotency-window", type=click.FloatRange(min=1), default=86400.0, show_default=True,
+              help="Seconds after an Intent was decided during which a new Intent of the same name is answered from "
+                   "the audit log, without running: DEDUP with the earlier outcome for the same request, "
+                   "DENY_ID_CONFLICT for another; also the least age of audit files retention deletes (only "
+                   "--audit-max-total-bytes can delete younger ones).")
 @click.option("--health-port", type=int, default=8080, show_default=True,
               help="Port of /healthz (liveness and readiness); 0 turns it off.")
 @click.option("--listen-host", default=LOOPBACK, show_default=True, metavar="ADDRESS",
@@ -192,7 +202,9 @@ def run(
     risk_floors: tuple[str, ...],
     capability_grace: float,
     intent_timeout: float,
-    intent_ttl: float,
+    intent_retention: float,
+    intent_ttl: float | None,
+    idempotency_window: float,
     health_port: int,
     listen_host: str,
     require_signatures: bool,
@@ -235,6 +247,9 @@ def run(
     if not verbose:
         # kopf reports every handled watch event at INFO; the controller logs what matters itself.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if intent_ttl is not None:
+        logging.getLogger(__name__).warning("--intent-ttl is deprecated; use --intent-retention (%g s)", intent_ttl)
+        intent_retention = intent_ttl
     _load_kube_config()
     config = ControllerConfig(
         mqtt_url=mqtt_url,
@@ -265,6 +280,7 @@ def run(
         audit_checkpoint_interval_s=audit_checkpoint_interval,
         audit_max_bytes=audit_max_bytes,
         audit_retention=Retention(audit_retention_days * 86400.0, audit_max_total_bytes or None),
+        idempotency_window_s=idempotency_window,
         serve_port=serve_port,
         serve_host=listen_host,
         serve_cert_file=serve_cert,
@@ -292,7 +308,7 @@ def run(
                       people=_people(people_namespace, approver_service_accounts),
                       rate_limit=rate_limit),
         execution_timeout_s=intent_timeout,
-        ttl=timedelta(seconds=intent_ttl),
+        retention=timedelta(seconds=intent_retention),
     )
     asyncio.run(_operate(config, intent_settings, health_port, listen_host, list(watch_namespaces)))
 

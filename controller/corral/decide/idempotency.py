@@ -3,7 +3,8 @@
 Shared by the gateway and the CLI: when creating an Intent meets an existing
 one of that name, `compare()` says whether it is the same request (return the
 earlier outcome: DEDUP, nothing runs twice) or a different one under a reused
-name (DENY_ID_CONFLICT).
+name (DENY_ID_CONFLICT). Once the earlier Intent is deleted (after its retention), the controller answers
+the same from the audit log (audit.requests), by `identity_hash()`.
 """
 
 from __future__ import annotations
@@ -32,8 +33,14 @@ def _normalize(value: Any) -> Any:
     return value
 
 
+def identity_hash(spec: dict[str, Any]) -> str:
+    """The request's identity as a hash: what an `intent.decided` record keeps, so that a replay can be told
+    from a new request after the Intent itself is gone (audit.requests)."""
+    return sha256_hex(request_identity(spec))
+
+
 def compare(existing_spec: dict[str, Any], new_spec: dict[str, Any]) -> Literal["DEDUP", "DENY_ID_CONFLICT"]:
-    same = sha256_hex(request_identity(existing_spec)) == sha256_hex(request_identity(new_spec))
+    same = identity_hash(existing_spec) == identity_hash(new_spec)
     return "DEDUP" if same else "DENY_ID_CONFLICT"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corral.audit.requests import IDEMPOTENCY_WINDOW
 from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
 from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
@@ -69,9 +70,14 @@ class ControllerConfig:
     # beyond its total size), on record (audit.retention).
     audit_max_file_age_s: float = 86400.0
     audit_retention: Retention = field(default_factory=Retention)
-    # Records of the last this many seconds are read back at start, so no Intent is decided twice (the
-    # Intents' own TTL, and an hour more).
+    # Records of the last this many seconds are read back at start, so no Intent is decided twice (longer
+    # than any Intent is kept: an hour's retention, or a day's before it was shortened).
     audit_lookback_s: float = 25 * 3600.0
+    # A replayed Intent name is answered from the audit log (DEDUP or DENY_ID_CONFLICT) for this long after the
+    # earlier Intent was decided, whether or not it still exists (audit.requests). Closed audit files holding
+    # records this young are kept by age retention, whatever `audit_retention.max_age_s` says; only the total
+    # size budget can delete them.
+    idempotency_window_s: float = IDEMPOTENCY_WINDOW.total_seconds()
     # The HTTPS server that serves the audit log to callers with Kubernetes credentials (0: off). Without a
     # certificate, one is made beside the audit key (serving-ca.crt is the one to trust).
     serve_port: int = 8443

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from corral.api.codes import CONTROLLER_MANAGER
 from corral.audit.component import AuditSettings, assemble
 from corral.audit.decisions import DecisionIndex
 from corral.audit.log import AuditLog, read_records
+from corral.audit.requests import RequestNames
 from corral.audit.signer import CheckpointSigner
 from corral.kube.access import AccessReviews
 from corral.kube.cache import Body
@@ -73,6 +75,9 @@ class Controller:
         self.audit, self.checkpoints = _audit(config, kube)
         self.recorded = DecisionIndex()
         self.audit.on_record(self.recorded.add)
+        # By Intent name, for the idempotency window; never pruned to the Intents that exist (audit/requests.py).
+        self.names = RequestNames(timedelta(seconds=config.idempotency_window_s))
+        self.audit.on_record(self.names.add)
         notices = DeviceNotices(recorder, self.devices, self.audit)
         # Capabilities are cluster-scoped: only a controller that sees every Device may say one is unused.
         self.capabilities = Capabilities(kube, recorder, self.devices, config.capability_grace_s,
@@ -103,7 +108,7 @@ class Controller:
         self.intents = IntentController(intent_settings, kube, self.access, recorder, port, self.audit, self.recorded,
                                         self.interlocks,
                                         on_awaiting=self.notifier.waiting if self.notifier is not None else None,
-                                        leases=self.leases, pauses=self.pauses)
+                                        leases=self.leases, pauses=self.pauses, names=self.names)
         self.server = _read_server(config, kube, self.access, port)
         self._workers: list[asyncio.Task[None]] = []
         self._watch()
@@ -137,8 +142,8 @@ class Controller:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._open_audit)
-        log.info("audit log %s continues at seq %d; %d recent decision(s) read back", self.audit.directory,
-                 self.audit.chain.seq, len(self.recorded))
+        log.info("audit log %s continues at seq %d; %d recent decision(s) and %d Intent name(s) of the idempotency "
+                 "window read back", self.audit.directory, self.audit.chain.seq, len(self.recorded), len(self.names))
         await self._prime()
         self.checkpoints.start()
         if self.server is not None:
@@ -207,8 +212,16 @@ class Controller:
 
     def _open_audit(self) -> None:
         self.audit.open()
-        since = datetime.now(UTC) - timedelta(seconds=self.config.audit_lookback_s)
-        self.recorded.load(r for r in read_records(self.audit.directory, since) if r.at >= since)
+        now = datetime.now(UTC)
+        recent = now - timedelta(seconds=self.config.audit_lookback_s)
+        window = now - self.names.window
+        # One pass over every file still written to since the earlier of the two (rotated ones too).
+        for record in read_records(self.audit.directory, min(recent, window)):
+            if record.at >= recent:
+                self.recorded.add(record)
+            if record.at >= window:
+                self.names.add(record)
+        self.names.expire(now)
 
     def _announced_capabilities(self) -> set[str]:
         return {name for rt in self.fleet.values() for name in (rt.capability, rt.accepted_capability) if name}
@@ -219,11 +232,16 @@ class Controller:
 
 
 def _audit(config: ControllerConfig, kube: Kube) -> tuple[AuditLog, CheckpointSigner]:
-    """The audit log (opened at start) and its checkpoint signer."""
+    """The audit log (opened at start) and its checkpoint signer. Age retention keeps every file written to within
+    the idempotency window: replays are answered from its `intent.decided` records (only the size budget may
+    still delete them)."""
+    retention = config.audit_retention
+    if retention.max_age_s is not None and retention.max_age_s < config.idempotency_window_s:
+        retention = replace(retention, max_age_s=config.idempotency_window_s)
     return assemble(AuditSettings(
         Path(config.audit_dir), Path(config.audit_key_file), config.audit_key_name, config.audit_create_key,
         config.audit_checkpoint, config.audit_checkpoint_interval_s, config.audit_max_bytes,
-        config.audit_max_file_age_s, config.audit_retention), kube.api, CONTROLLER_MANAGER)
+        config.audit_max_file_age_s, retention), kube.api, CONTROLLER_MANAGER)
 
 
 def _read_server(config: ControllerConfig, kube: Kube, access: AccessReviews, port: FleetPort) -> ReadServer | None:

@@ -22,6 +22,8 @@ from corral.api.intent import IntentStatus
 from corral.audit.chain import AuditRecord, line_hash
 from corral.audit.decisions import DECIDED
 from corral.audit.log import AuditLog, Sealed
+from corral.audit.requests import IDENTITY
+from corral.decide.idempotency import identity_hash
 from corral.kube.cache import Key, TypedCache, key_of
 from corral.kube.client import ApiError
 from corral.kube.events import EventRecorder, ObjectRef
@@ -126,14 +128,17 @@ class Outcomes:
         facts = {"device": spec.device, "action": spec.action, "actuator": spec.actuator,
                  "params": asked.get("params"), "requester": spec.requester, "reason": spec.reason,
                  "basedOn": asked.get("basedOn") or [], **data}
+        if kind == DECIDED:  # what a replay of this name is compared with once the Intent is gone (audit.requests)
+            facts[IDENTITY] = identity_hash(asked)
         return await self.audit.seal(kind, name_of(intent), facts, uid=uid_of(intent),
                                      trace=tracing.trace_id_of(self.traces.of(trace_source(intent))))
 
     # ---- final outcomes -------------------------------------------------------------------------------------
 
     async def finish(self, intent: StoredIntent, view: DeviceView | None, code: DecisionCode, message: str,
-                     extra: dict[str, Any]) -> Result:
-        """The Intent's final code: sealed in the audit log, then written to its status, then announced."""
+                     extra: dict[str, Any], noted: dict[str, Any] | None = None) -> Result:
+        """The Intent's final code: sealed in the audit log, then written to its status, then announced.
+        `noted`: more fields for the record only."""
         status = {**{k: v for k, v in extra.items() if v is not None}, "phase": phase_of(code), "code": code,
                   "message": message[:MESSAGE_LIMIT], "decided_at": datetime.now(UTC).replace(microsecond=0)}
         previous = status_of(intent)
@@ -145,7 +150,7 @@ class Outcomes:
             "paramsHash": status.get("params_hash", previous.params_hash),
             "approval": previous.approval, "commandId": previous.command_id,
             **({"deviceError": status["device_error"]} if "device_error" in status else {}),
-            "approvers": self.approvers(namespace_of(intent), approvals)})
+            "approvers": self.approvers(namespace_of(intent), approvals), **(noted or {})})
         status["audit"] = cited(sealed)  # with the final status write, not one of its own
         return await self.announce(await self.write(intent, status, "final"), view, code, message)
 
@@ -157,7 +162,7 @@ class Outcomes:
         related = device_ref(view.body) if view is not None else None
         self.event(intent, event_reason(code), "Decide",
                    f"{code}: {message} (requested by {intent.spec.requester})", kind, related)
-        return Result.after(self.settings.ttl.total_seconds())
+        return Result.after((DRY_RUN_TTL if intent.spec.dry_run else self.settings.retention).total_seconds())
 
     async def restore(self, intent: StoredIntent, view: DeviceView | None, recorded: AuditRecord) -> Result:
         """The outcome the log holds, written to a status that does not show it yet (never decided again)."""
@@ -207,12 +212,14 @@ class Outcomes:
         return Result.after(AUDIT_RECHECK_S)
 
     async def housekeep(self, intent: StoredIntent) -> Result:
-        """A decided Intent is deleted when its time to be read is over (a day; a dry run's, ten minutes)."""
+        """A decided Intent is deleted when its retention is over (`--intent-retention`, an hour; a dry run's, ten
+        minutes). Its records stay in the audit log, where a replay of its name is still answered from
+        (audit.requests)."""
         decided = status_of(intent).decided_at
         if decided is None:
             return Result.done()
         age = datetime.now(UTC) - decided
-        ttl = DRY_RUN_TTL if intent.spec.dry_run else self.settings.ttl
+        ttl = DRY_RUN_TTL if intent.spec.dry_run else self.settings.retention
         if age < ttl:
             return Result.after((ttl - age).total_seconds())
         await self.kube.delete_intent(namespace_of(intent), intent.metadata.name or "", uid_of(intent))

@@ -2,7 +2,9 @@
 
 An Intent moves Pending -> (AwaitingApproval ->) Executing -> Succeeded, or ends Denied/Failed with one code.
 `reconcile` first settles what is on record (a final Intent is only kept until its time is up; one the audit
-log holds a decision for gets that decision; one recorded as executing is resumed), then runs the pipeline:
+log holds a decision for gets that decision; one recorded as executing is resumed; one that replays a name used
+within the idempotency window, by an Intent since deleted, is answered DEDUP or DENY_ID_CONFLICT from the audit
+log, replays.py), then runs the pipeline:
 
     gather (gather.py) -> decide (corral.decide, pure) -> effects (effects.py) -> dispatch (dispatch.py)
 
@@ -36,6 +38,7 @@ from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, tra
 from corral.reconcile.intents.gather import Gathered, Gatherer
 from corral.reconcile.intents.malformed import MalformedIntents
 from corral.reconcile.intents.outcomes import Outcomes
+from corral.reconcile.intents.replays import Replays
 from corral.reconcile.intents.settings import IntentSettings as IntentSettings  # where the command line finds it
 
 __all__ = ["IntentReconciler", "IntentSettings"]
@@ -46,7 +49,7 @@ class IntentReconciler:
 
     def __init__(self, intents: TypedCache[StoredIntent], devices: DevicePort, audit: AuditLog,
                  recorded: DecisionIndex, outcomes: Outcomes, gatherer: Gatherer, effects: Effects,
-                 dispatch: Dispatch, handovers: Handovers, malformed: MalformedIntents) -> None:
+                 dispatch: Dispatch, handovers: Handovers, malformed: MalformedIntents, replays: Replays) -> None:
         self.intents = intents
         self.devices = devices
         self.audit = audit
@@ -57,6 +60,7 @@ class IntentReconciler:
         self.dispatch = dispatch
         self.handovers = handovers
         self.malformed = malformed
+        self.replays = replays  # a name used within the idempotency window, by an Intent since deleted
 
     async def reconcile(self, key: Key) -> Result:
         intent = self.intents.get(key)
@@ -91,7 +95,8 @@ class IntentReconciler:
             # Decided to execute, on record, but the controller stopped before status said so: carry on.
             intent = await self._executing_restored(intent, executing)
         elif phase != "Executing":
-            return await self._decide(key, intent, view)
+            replayed = await self.replays.answer(intent, view)
+            return replayed if replayed is not None else await self._decide(key, intent, view)
         self.handovers.hand_over(key, intent, None)  # resumed after a restart: carried on, never decided again
         return Result.done()
 

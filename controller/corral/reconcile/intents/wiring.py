@@ -20,6 +20,7 @@ from corral.api.approval import Approval
 from corral.api.codes import FINAL_PHASES
 from corral.audit.decisions import DecisionIndex
 from corral.audit.log import AuditLog
+from corral.audit.requests import RequestNames
 from corral.kube.access import AccessReviews
 from corral.kube.cache import Key, TypedCache, key_of
 from corral.kube.events import EventRecorder
@@ -46,6 +47,7 @@ from corral.reconcile.intents.overlay import Overlay
 from corral.reconcile.intents.ratelimits import RequestIndex
 from corral.reconcile.intents.read import Read
 from corral.reconcile.intents.reconciler import IntentReconciler
+from corral.reconcile.intents.replays import Replays
 from corral.reconcile.intents.settings import IntentSettings
 
 log = logging.getLogger(__name__)
@@ -58,10 +60,12 @@ class IntentController:
                  devices: DevicePort, audit: AuditLog, recorded: DecisionIndex,
                  interlocks: Interlocks | None = None, on_awaiting: Callable[[Body], None] | None = None,
                  grants: Grants | None = None, leases: Leases | None = None,
-                 pauses: AgentPauses | None = None) -> None:
+                 pauses: AgentPauses | None = None, names: RequestNames | None = None) -> None:
         self.settings = settings
         self.devices = devices
         self.recorded = recorded
+        # By namespace/name, for the idempotency window: the decisions of Intents deleted since (audit.requests).
+        self.names = names if names is not None else RequestNames()
         self.intents: TypedCache[StoredIntent] = TypedCache(StoredIntent)
         self.approvals: TypedCache[Approval] = TypedCache(Approval)
         self.grants = grants if grants is not None else Grants(kube, access)
@@ -80,7 +84,8 @@ class IntentController:
         self.executor = ExecutionReconciler(settings, handovers, self.intents, devices, self.outcomes, gatherer,
                                             effects, audit, self.decisions)
         self.reconciler = IntentReconciler(self.intents, devices, audit, recorded, self.outcomes, gatherer, effects,
-                                           Dispatch(self.outcomes, kinds, on_awaiting), handovers, self.malformed)
+                                           Dispatch(self.outcomes, kinds, on_awaiting), handovers, self.malformed,
+                                           Replays(self.names, self.outcomes))
 
     @property
     def executions(self) -> WorkQueue[Key]:
