@@ -41,7 +41,7 @@ class CommandTracker:
         return True
 
     async def send(
-        self, device_id: str, publish: Callable[[dict[str, Any]], None], command: dict[str, Any], timeout_s: float
+        self, device_id: str, publish: Callable[[dict[str, Any]], object], command: dict[str, Any], timeout_s: float
     ) -> Ack:
         """Publish the command and wait for its ack. Concurrent sends of one id share one wait."""
         key = (device_id, command["id"])

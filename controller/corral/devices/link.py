@@ -162,8 +162,10 @@ class MqttLink:
             if client is not None and self.connected.is_set():
                 client.publish(heartbeat.topic, heartbeat.beat(), qos=0, retain=False)
 
-    def publish(self, topic: str, payload: dict[str, Any], qos: int = 1, trace: dict[str, str] | None = None) -> None:
-        """Queue a message; paho sends it now or after the next reconnect (QoS 1 is retried by paho).
+    def publish(self, topic: str, payload: dict[str, Any], qos: int = 1,
+                trace: dict[str, str] | None = None) -> mqtt.MQTTMessageInfo:
+        """Queue a message; paho sends it now or after the next reconnect (QoS 1 is retried by paho). Its
+        MQTTMessageInfo tells when the broker has it.
 
         `trace` (W3C traceparent headers) travels as MQTT 5 user properties, or in the payload under
         `trace` when the broker speaks only 3.1.1.
@@ -176,7 +178,7 @@ class MqttLink:
             properties.UserProperty = list(trace.items())
         elif trace:
             payload = {**payload, "trace": trace}
-        self._client.publish(topic, json.dumps(payload, separators=(",", ":")), qos=qos, properties=properties)
+        return self._client.publish(topic, json.dumps(payload, separators=(",", ":")), qos=qos, properties=properties)
 
     # paho thread ---------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Commands to devices and what waits for their acks: the one place that publishes on `cmd` topics.
 
 An executing Intent pins its command: the actuator, the value and the command id it made once and put on
-record with its `Executing` status. The device reconciler sends a pinned command with exactly that id (so a
+record in the audit log (`intent.executing`). The device reconciler sends a pinned command with exactly that id (so a
 restarted controller resends the same id and the firmware answers with its stored ack instead of running
 it twice), and only the ack to that id completes the Intent. A pin counts once the target that asks for it
 is on the Device (`applied`); a pin whose actuator's target then moves on to another value was superseded.
@@ -23,6 +23,7 @@ from corral.devices.messages import Ack
 from corral.devices.plan import Command, PinnedCommand
 from corral.devices.topics import Topics
 from corral.obs import tracing
+from corral.obs.crashpoints import ACK_RECEIVED, COMMAND_SENT, armed, crash_point
 
 State = dict[str, Any]
 
@@ -89,6 +90,7 @@ class Expectations:
         """Complete the pin this ack answers; False when it answers none."""
         for pin in self._pins.get(device_id, []):
             if pin.command_id == ack.id and not pin.future.done():
+                crash_point(ACK_RECEIVED)
                 if ack.ok:
                     pin.future.set_result(dict(ack.state))
                 else:
@@ -104,6 +106,10 @@ class Expectations:
         """Fail every pin of the device that still waits (it was revoked)."""
         for pin in self._pins.get(device_id, []):
             self.fail(pin, error)
+
+    def holds(self, pin: Pin) -> bool:
+        """The pin is still held: the Intent that made it has not ended yet."""
+        return pin in self._pins.get(pin.device_id, [])
 
     def release(self, pin: Pin) -> None:
         pins = self._pins.get(pin.device_id, [])
@@ -139,17 +145,21 @@ class Driver:
         self.tracker.resolve(device_id, ack)
         self.expectations.settle(device_id, ack)
 
-    async def send(self, device_id: str, command: Command, trace: Context | None = None) -> Ack:
-        """Publish the command and wait for its ack; CommandTimeout if none comes in time."""
+    async def send(self, device_id: str, command: Command, trace: Context | None = None, pinned: bool = False) -> Ack:
+        """Publish the command and wait for its ack; CommandTimeout if none comes in time. `pinned`: an Intent's."""
+        topic = self.topics.of(device_id, "cmd")
+
+        def publish(payload: dict[str, Any]) -> None:
+            sent = self.link.publish(topic, payload, trace=tracing.carrier())
+            if pinned and armed(COMMAND_SENT):
+                # Test-only: the crash is to come after the broker has the command, not while paho still queues it.
+                sent.wait_for_publish(5.0)
+                crash_point(COMMAND_SENT)
+
         with tracing.tracer().start_as_current_span(
                 "corral.device.command", context=trace, kind=SpanKind.PRODUCER,
                 attributes={"corral.device_id": device_id, "corral.command": command.id, "messaging.system": "mqtt"}):
-            ack = await self.tracker.send(
-                device_id,
-                lambda payload: self.link.publish(self.topics.of(device_id, "cmd"), payload, trace=tracing.carrier()),
-                command.payload(),
-                self.command_timeout_s,
-            )
+            ack = await self.tracker.send(device_id, publish, command.payload(), self.command_timeout_s)
         self.expectations.settle(device_id, ack)
         return ack
 

@@ -23,6 +23,7 @@ from corral.devices.telemetry import MetricRing, Reading
 from corral.kube.cache import key_of
 from corral.kube.typed import Body
 from corral.kube.workqueue import WorkQueue
+from corral.obs.crashpoints import TARGET_APPLIED, crash_point
 from corral.reconcile.devices.cache import DeviceCache
 from corral.reconcile.devices.driver import Driver, Pin
 from corral.reconcile.devices.listening import Listening
@@ -171,6 +172,7 @@ class FleetPort:
         """Set the Device's target to the pin's value; the device reconciler then sends the pinned command."""
         latest = self.devices.get(key_of(device)) or device
         written = await self.applier.apply(latest, pin.actuator, pin.value, intent)
+        crash_point(TARGET_APPLIED)
         pin.applied_generation = int(written["metadata"]["generation"])
         # The device reconciler acts on the answer now, not one watch hop later.
         self.devices.upsert(written)

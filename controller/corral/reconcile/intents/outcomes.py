@@ -31,6 +31,7 @@ from corral.kube.objects import Kube
 from corral.kube.typed import Body, parse
 from corral.kube.workqueue import Result
 from corral.obs import metrics, tracing
+from corral.obs.crashpoints import DECIDED_RECORDED, FINAL_WRITTEN, crash_point
 from corral.reconcile.devices.notices import device_ref
 from corral.reconcile.devices.port import DeviceView
 from corral.reconcile.intents.facts import (
@@ -152,7 +153,10 @@ class Outcomes:
             **({"deviceError": status["device_error"]} if "device_error" in status else {}),
             "approvers": self.approvers(namespace_of(intent), approvals), **(noted or {})})
         status["audit"] = cited(sealed)  # with the final status write, not one of its own
-        return await self.announce(await self.write(intent, status, "final"), view, code, message)
+        crash_point(DECIDED_RECORDED)
+        written = await self.write(intent, status, "final")
+        crash_point(FINAL_WRITTEN)
+        return await self.announce(written, view, code, message)
 
     async def announce(self, intent: StoredIntent, view: DeviceView | None, code: DecisionCode,
                        message: str) -> Result:
