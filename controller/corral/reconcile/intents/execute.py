@@ -2,9 +2,15 @@
 
 The decision hands an actuating Intent over (`hand_over`); `ExecutionReconciler.reconcile(device_key)` then
 executes the Intents ready for that Device one after another. Right before anything runs it checks scope,
-pause, hold, interlocks and the lease again, then puts `Executing` on record, with the command id and the state
-before, and only then pins the command and applies the target. A controller restarted at any point resumes an
-Intent found Executing with the same command id; it never decides it twice.
+pause, hold, interlocks and the lease again, then puts the execution on record in the audit log
+(`intent.executing`, fsynced, with the command id and the state before), and only then pins the command and
+applies the target. A controller restarted at any point resumes an Intent the log says is executing with the
+same command id; it never decides it twice.
+
+The `Executing` status is for people and clients watching a slow device, not for crash safety (the record is),
+so it is written only when the execution outlasts `EXECUTING_STATUS_DELAY_S`: a device that acks at once costs
+one status write, the final one. The final write never lands before a late `Executing` write: it cancels one
+that has not started, and waits for one in flight.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from corral.api.codes import FINAL_PHASES
+from corral.api.codes import FINAL_PHASES, DecisionCode
+from corral.api.intent import IntentStatus
 from corral.audit.decisions import EXECUTING
 from corral.audit.log import AuditLog, Unwritable
 from corral.contract.values import shown
@@ -27,6 +34,7 @@ from corral.kube.cache import Key, TypedCache
 from corral.kube.objects import FieldConflict
 from corral.kube.workqueue import Result, WorkQueue
 from corral.obs import tracing
+from corral.obs.crashpoints import EXECUTING_RECORDED, crash_point
 from corral.reconcile.devices.driver import DeviceGone, DeviceRefused, Superseded
 from corral.reconcile.devices.port import DevicePort, DeviceView
 from corral.reconcile.intents.effects import Effects
@@ -41,9 +49,14 @@ from corral.reconcile.intents.facts import (
 )
 from corral.reconcile.intents.gather import Gatherer
 from corral.reconcile.intents.outcomes import Outcomes
-from corral.reconcile.intents.settings import AUDIT_RECHECK_S, IntentSettings
+from corral.reconcile.intents.settings import AUDIT_RECHECK_S, MESSAGE_LIMIT, IntentSettings
 
 log = logging.getLogger(__name__)
+
+# An execution that takes longer than this (a slow or silent device) shows `Executing` in its status; one that
+# ends sooner goes from Pending to its final phase in one write. Short against a person's patience and the
+# tests that wait for Executing, long against an ack (about 1 ms) plus the final record and write (~10 ms).
+EXECUTING_STATUS_DELAY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,14 @@ class Ready:
 
     key: Key
     decision: Decision | None
+
+
+@dataclass(eq=False)
+class LaterWrite:
+    """An `Executing` status write waiting for its delay; `started` once its request may be on the wire."""
+
+    task: asyncio.Task[None] | None = None
+    started: bool = False
 
 
 def new_command_id() -> str:
@@ -92,6 +113,7 @@ class ExecutionReconciler:
         self.effects = effects
         self.audit = audit
         self.decisions = decisions  # the Intent queue: an executed Intent is reconciled again there
+        self._later: dict[str, LaterWrite] = {}  # the Executing writes not yet settled, by Intent uid
 
     async def reconcile(self, device_key: Key) -> Result:
         """Execute the next Intent ready for this Device; the queue runs one per Device at a time."""
@@ -125,6 +147,9 @@ class ExecutionReconciler:
                 log.exception("executing Intent %s failed; deciding it again in %.2f s", name_of(intent), delay)
             else:
                 self.decisions.add(item.key)  # it is final now: its housekeeping is the Intent's own
+            finally:
+                # None outlives its execution: one that failed is resumed from the record, which writes Executing.
+                await self._settle_executing(uid_of(intent))
 
     async def _execute(self, intent: StoredIntent, decision: Decision | None) -> None:
         spec, status = intent.spec, status_of(intent)
@@ -133,8 +158,8 @@ class ExecutionReconciler:
         if view is None or not view.exists or view.contract is None or value is None or view.device_id is None:
             if view is not None and view.device_id and status.command_id:
                 self.devices.release_command(view.device_id, status.command_id)  # primed at start
-            await self.outcomes.finish(intent, view, "DEVICE_GONE", f"Device {spec.device} disappeared, or its "
-                                       "contract changed, before execution; nothing was sent.", {})
+            await self._finish(intent, view, "DEVICE_GONE", f"Device {spec.device} disappeared, or its "
+                               "contract changed, before execution; nothing was sent.", {})
             return
         if decision is None:  # resumed after a restart: carried on with its own command id
             await self._drive(intent, view, value, status.command_id or new_command_id(), None)
@@ -150,21 +175,58 @@ class ExecutionReconciler:
         denial = await self.gatherer.recheck(intent, view)
         if denial is not None:
             assert denial.code is not None
-            await self.outcomes.finish(intent, view, denial.code, denial.message, {})
+            await self._finish(intent, view, denial.code, denial.message, {})
             return None
         namespace, command_id = namespace_of(intent), new_command_id()
         # On record first: from here on a restart resumes this execution (with this command id).
-        executing = {"phase": "Executing", "message": decision.message, "before": dict(view.reported),
+        executing = {"phase": "Executing", "message": decision.message[:MESSAGE_LIMIT], "before": dict(view.reported),
                      "approval": ",".join(decision.approvals) or None, "grant": decision.grant,
                      "command_id": command_id}
         await self.outcomes.record(EXECUTING, intent, {
             "message": decision.message, "before": executing["before"], "approval": executing["approval"],
             "grant": decision.grant, "commandId": command_id, "value": value,
             "approvers": self.outcomes.approvers(namespace, decision.approvals)})
+        crash_point(EXECUTING_RECORDED)
         for approval in decision.approvals:
             self.audit.note("approval.accepted", f"{namespace}/{approval}",
                             {"intent": name_of(intent), "intentUid": uid_of(intent)})
-        return await self.outcomes.write(intent, executing, "executing"), command_id
+        self._write_executing_later(intent, executing)
+        # The status as it is about to be, for the final write to merge into (before, approval, command id).
+        staged = intent.model_copy(update={"status": IntentStatus.model_validate(
+            {**status_of(intent).model_dump(by_alias=False), **executing})})
+        self.outcomes.track((namespace, intent.metadata.name or ""), staged)
+        return staged, command_id
+
+    def _write_executing_later(self, intent: StoredIntent, executing: dict[str, Any]) -> None:
+        later = LaterWrite()
+
+        async def write() -> None:
+            await asyncio.sleep(EXECUTING_STATUS_DELAY_S)
+            later.started = True
+            try:
+                await self.outcomes.write(intent, executing, "executing")
+            except Exception as err:  # noqa: BLE001 - the audit record, not this status, is what a restart reads
+                log.warning("Intent %s: its Executing status could not be written (%s); the audit log holds its "
+                            "execution, and its final status comes all the same", name_of(intent), err)
+
+        later.task = asyncio.create_task(write(), name=f"executing-status {name_of(intent)}")
+        self._later[uid_of(intent)] = later
+
+    async def _settle_executing(self, uid: str) -> None:
+        """Before any other status write of this Intent: a pending Executing write is dropped, one in flight is
+        waited for, so that it can never land after (and undo) the final status."""
+        later = self._later.pop(uid, None)
+        if later is None or later.task is None:
+            return
+        if not later.started:
+            later.task.cancel()
+            return
+        await asyncio.wait([later.task])
+
+    async def _finish(self, intent: StoredIntent, view: DeviceView | None, code: DecisionCode, message: str,
+                      extra: dict[str, Any]) -> None:
+        await self._settle_executing(uid_of(intent))
+        await self.outcomes.finish(intent, view, code, message, extra)
 
     async def _drive(self, intent: StoredIntent, view: DeviceView, value: Any, command_id: str,
                      decision: Decision | None) -> None:
@@ -182,7 +244,7 @@ class ExecutionReconciler:
                 await consumed
             await self._await_device(intent, view, pin.future, value, decision is None, command_id)
         except FieldConflict as conflict:
-            await self.outcomes.finish(
+            await self._finish(
                 intent, view, "FAILED",
                 f"Not applied: spec.target.{spec.actuator} of Device {spec.device} is managed by someone else "
                 f"({conflict}). Corral does not overwrite a person's settings; they hand it back by removing their "
@@ -199,7 +261,7 @@ class ExecutionReconciler:
         try:
             after = await asyncio.wait_for(asyncio.shield(reached), timeout)
         except TimeoutError:
-            await self.outcomes.finish(
+            await self._finish(
                 intent, view, "TIMEOUT", f"The device did not acknowledge command {command_id} ({spec.actuator}="
                 f"{shown(value)}) within {timeout:g} s. The target stays set; the controller keeps driving the "
                 "device there.", {})
@@ -207,19 +269,19 @@ class ExecutionReconciler:
         except DeviceRefused as refusal:
             # The device's words are data: quoted and labelled in the message, and kept apart in deviceError.
             said = str(refusal)
-            await self.outcomes.finish(intent, view, "FAILED", f"The device refused; it reported (untrusted text): "
-                                       f"{json.dumps(said, ensure_ascii=False)}.", {"device_error": said})
+            await self._finish(intent, view, "FAILED", f"The device refused; it reported (untrusted text): "
+                               f"{json.dumps(said, ensure_ascii=False)}.", {"device_error": said})
             return
         except Superseded as superseded:
-            await self.outcomes.finish(intent, view, "FAILED", f"Not executed: {superseded}.", {})
+            await self._finish(intent, view, "FAILED", f"Not executed: {superseded}.", {})
             return
         except DeviceGone as gone:
-            await self.outcomes.finish(intent, view, "DEVICE_GONE", f"Not acknowledged: {gone}.", {})
+            await self._finish(intent, view, "DEVICE_GONE", f"Not acknowledged: {gone}.", {})
             return
         before = status_of(intent).before or {}
         changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
         what = ", ".join(f"{k} {shown(b)} -> {shown(a)}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
-        await self.outcomes.finish(intent, view, "EXECUTED",
-                                   f"{spec.action} {spec.actuator}={shown(value)} done; the device acknowledged "
-                                   f"command {command_id} ({what})" + (" after a restart." if resumed else "."),
-                                   {"before": before, "after": after})
+        await self._finish(intent, view, "EXECUTED",
+                           f"{spec.action} {spec.actuator}={shown(value)} done; the device acknowledged "
+                           f"command {command_id} ({what})" + (" after a restart." if resumed else "."),
+                           {"before": before, "after": after})

@@ -36,7 +36,7 @@ from corral.reconcile.intents.actuate import Actuate
 from corral.reconcile.intents.dispatch import Dispatch
 from corral.reconcile.intents.effects import Effects
 from corral.reconcile.intents.execute import ExecutionReconciler, Handovers
-from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, value_of
+from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, uid_of, value_of
 from corral.reconcile.intents.gather import Gatherer
 from corral.reconcile.intents.grants import Grants
 from corral.reconcile.intents.kinds import Kinds
@@ -143,17 +143,24 @@ class IntentController:
     def prime(self, intents: list[Body]) -> None:
         """Before the device side starts: Intents that were executing when the controller stopped pin their
         command again, so that the device reconciler sends nothing for that actuator until the resumed
-        execution has re-applied its target, and then sends it with the Intent's own command id."""
+        execution has re-applied its target, and then sends it with the Intent's own command id. The audit
+        log says which were executing: their status shows it only if the execution outlasted its delay."""
         for body in intents:
             self.on_intent_event("ADDED", body)
             key = key_of(body)
             intent = self.intents.get(key)
             status = status_of(intent) if intent is not None else None
-            if intent is None or status is None or status.phase != "Executing" or not status.command_id:
+            if intent is None or status is None or status.phase in FINAL_PHASES:
+                continue
+            if uid_of(intent) in self.recorded.decided:
+                continue  # a decision on record is restored, never resumed: a pin would hold the actuator for nobody
+            recorded = self.recorded.executing.get(uid_of(intent))
+            command_id = recorded.data.get("commandId") if recorded is not None else status.command_id
+            if not command_id or (recorded is None and status.phase != "Executing"):
                 continue
             view = self.devices.view(key[0], intent.spec.device)
             if view is not None and view.device_id:
-                self.devices.pin(view.device_id, intent.spec.actuator, value_of(intent), status.command_id,
+                self.devices.pin(view.device_id, intent.spec.actuator, value_of(intent), command_id,
                                  name_of(intent), None)
 
     def _forget(self, key: Key, body: Body) -> None:
