@@ -128,6 +128,10 @@ class DeviceReconciler:
                 outcome = Result.after(rt.next_attempt - time.monotonic())
             else:
                 outcome = await self._drive(rt, device, result.commands, {p.command_id: p for p in pins})
+                if any(p.future.done() and self.driver.expectations.holds(p) for p in pins):
+                    # An Intent's command was answered: its final status write goes first. Ending, it releases
+                    # its pin, which queues this device again, and that reconcile writes the state it reached.
+                    return outcome
                 device = self.devices.device(key_of_device(device)) or device
                 pins = self.driver.expectations.applied(device_id, device.metadata.generation or 0)
                 result, interlocked = self._interlocked(rt, device, self._plan(rt, device, pins), pins)
@@ -187,7 +191,8 @@ class DeviceReconciler:
                                   f"{command.action} {command.actuator}={as_json(command.value)} (command {command.id}; "
                                   f"cause: {cause}); before: {as_json(rt.reported)}")
             try:
-                ack = await self.driver.send(rt.device_id, command, pin.trace if pin is not None else None)
+                ack = await self.driver.send(rt.device_id, command, pin.trace if pin is not None else None,
+                                             pinned=pin is not None)
             except CommandTimeout as err:
                 delay = self._backoff(rt)
                 self.notices.fact("command.timeout", device, {**sent, "retryInS": round(delay, 3)})
