@@ -138,8 +138,9 @@ def _cpu_seconds(stat: Path) -> float:
 
 
 def print_cpu(cpu: dict[str, dict[str, float]], intents: int) -> None:
-    print(f"CPU per Intent ({intents} EXECUTED in the window), each process's own accounting: " + "; ".join(
-        f"{name} {figures['cpu_ms_per_intent']} ms ({figures['cores']} cores)" for name, figures in cpu.items()))
+    print(f"CPU per Intent ({intents} EXECUTED in the window), each process's own accounting:")
+    for name, figures in sorted(cpu.items(), key=lambda item: -item[1]["cpu_ms_per_intent"]):
+        print(f"  {name}: {figures['cpu_ms_per_intent']} ms ({figures['cores']} cores)")
 
 
 def plane_clock(plane: Plane) -> CpuClock:
