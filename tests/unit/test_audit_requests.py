@@ -43,10 +43,11 @@ def test_the_hash_is_the_clients_comparison() -> None:
 
 def test_a_name_is_known_to_other_uids_within_the_window_only() -> None:
     names = RequestNames(timedelta(hours=24))
-    names.add(decided("uid-1", T0))
+    names.add(decided("uid-1", T0, before={"power": False}, after={"power": True}))
     found = names.earlier("home/req-1", "uid-2", T0 + timedelta(hours=23, minutes=59))
     assert found is not None and (found.uid, found.identity, found.code, found.decided_at) == (
         "uid-1", SAME, "EXECUTED", T0)
+    assert (found.before, found.after) == ({"power": False}, {"power": True})  # what the same request answers
     assert names.earlier("home/req-1", "uid-1", T0 + timedelta(minutes=1)) is None  # its own Intent: no replay
     assert names.earlier("other/req-1", "uid-2", T0 + timedelta(minutes=1)) is None  # names are per namespace
     assert names.earlier("home/req-1", "uid-2", T0 + timedelta(hours=24)) is None  # the window is over

@@ -5,7 +5,8 @@ of that name, and the client compares the two (decide.idempotency). A finished I
 retention (an hour by default), yet a replay must still be answered DEDUP (the same request: the earlier
 outcome, nothing runs again) or DENY_ID_CONFLICT (other content under a used name) for the idempotency
 window (a day). So every `intent.decided` record carries the request's identity hash, and this index keeps,
-by namespace/name, the first decision of the window: its Intent's UID, that hash, its code and when.
+by namespace/name, the first decision of the window: its Intent's UID, that hash, its code and when, and the
+states before and after it (what the same request is answered with again).
 
 Unlike the decision index (audit.decisions), it is not pruned to the Intents that exist: deleted Intents are
 what it is for. It is loaded at start from the records of the window, in every file the log still has
@@ -21,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from corral.audit.chain import AuditRecord
 from corral.audit.decisions import DECIDED
@@ -39,6 +41,8 @@ class Earlier:
     identity: str
     code: str
     decided_at: datetime
+    before: Any = None
+    after: Any = None
 
 
 class RequestNames:
@@ -93,4 +97,4 @@ def _entry(record: AuditRecord) -> Earlier | None:
     if (record.kind != DECIDED or not record.uid or not isinstance(identity, str) or not isinstance(code, str)
             or code in REPLAY_CODES or data.get("dryRun")):
         return None
-    return Earlier(record.uid, identity, code, record.at)
+    return Earlier(record.uid, identity, code, record.at, data.get("before"), data.get("after"))

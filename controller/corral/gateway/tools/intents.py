@@ -98,7 +98,8 @@ async def submit_and_settle(call: Call, namespace: str, request_id: str, spec: d
     intent = await view.follower.until(namespace, request_id, settled, call.services.wait_s,
                                        created_at if submitted.code == "CREATED" else None)
     answer = outcome(intent, request_id)
-    if submitted.code == "DEDUP":
+    # An Intent the controller answered DEDUP (a replay of a deleted one, from the audit log) says so itself.
+    if submitted.code == "DEDUP" and answer["code"] != "DEDUP":
         answer = {**answer, "code": "DEDUP", "message": f"Same request as before ({answer['code']}): "
                                                        f"{answer['message']} Nothing was run again."}
     return answer

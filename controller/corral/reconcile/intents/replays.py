@@ -34,7 +34,8 @@ class Replays:
         when = _at(earlier)
         if identity_hash(spec_body(intent)) == earlier.identity:
             return await self.outcomes.finish(intent, view, "DEDUP", f"Same request as before: {earlier.code} at "
-                                              f"{when}; not run again.", {}, noted)
+                                              f"{when}; not run again.",
+                                              {"before": earlier.before, "after": earlier.after}, noted)
         return await self.outcomes.finish(
             intent, view, "DENY_ID_CONFLICT",
             f"Intent {intent.metadata.name} was used for a different request ({earlier.code} at {when}); use a new "
