@@ -593,7 +593,7 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         helm_on_plane = Helm(helm.binary, plane.kubeconfig)
         helm_on_plane("install", RELEASE, str(CHART), "-n", SYSTEM, "--set", "signing.keysSecret=corral-signing-keys",
                       "--set", f"controller.watchNamespaces={{{HOME}}}",
-                      "--set", f"controller.deviceNamespace={HOME}", "--set", "policy.intentTTLSeconds=3",
+                      "--set", f"controller.deviceNamespace={HOME}", "--set", "policy.intentRetentionSeconds=3",
                       "--set", "mqtt.topicPrefix=chart")
         manifest = [d for d in yaml.safe_load_all(helm_on_plane("get", "manifest", RELEASE, "-n", SYSTEM).stdout) if d]
         container = find(manifest, "Deployment", f"{RELEASE}-controller")["spec"]["template"]["spec"]["containers"][0]

@@ -450,7 +450,7 @@ def test_finished_intents_are_deleted_after_their_ttl(
 ) -> None:
     prefix = f"ttl-{uuid.uuid4().hex[:8]}"
     with running_fleet(plane, prefix, {"ttl-light": "light"}, enroll_in=(corral_api, namespace)):
-        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--intent-ttl", "2")
+        controller = ControllerProcess(plane, namespace, prefix, tmp_path / "controller.log", "--intent-retention", "2")
         controller.start()
         try:
             wait_for(lambda: (device(corral_api, namespace, "ttl-light").get("status") or {}).get("online"),

@@ -143,7 +143,7 @@ def task(intent: dict[str, Any]) -> dict[str, Any]:
     return {"taskId": task_id(str(meta.get("namespace", "")), str(meta.get("name", ""))),
             "status": status_of(intent), "statusMessage": status_message(intent),
             "createdAt": str(meta.get("creationTimestamp") or ""), "lastUpdatedAt": _updated_at(intent),
-            # The gateway discards nothing: the task lives as long as its Intent (the controller's --intent-ttl).
+            # The gateway discards nothing: the task lives as long as its Intent (the controller's --intent-retention).
             "ttlMs": None, "pollIntervalMs": POLL_INTERVAL_MS}
 
 
