@@ -123,6 +123,14 @@ def test_other_requesters_reads_dry_runs_and_a_replayed_name_are_not_counted() -
     assert index.verdict(waiting) is None
     index.observe("DELETED", intent_body("agent-0", 0))
     assert index.verdict(intent_body("agent-next", 0)) is None
+    # A replay of a deleted Intent's name, answered from the audit log, is a new Intent that sent nothing: no slot.
+    for i, code in enumerate(("DEDUP", "DENY_ID_CONFLICT") * 3):
+        replay = intent_body(f"replay-{i}", 0)
+        cache[("home", f"replay-{i}")] = {**replay, "status": {"phase": "Denied", "code": code}}
+        index.observe("ADDED", replay)
+    assert index.verdict(intent_body("agent-next", 0)) is None
+    add(intent_body("agent-30", 0))  # the positive control: one more that ran takes the slot
+    assert index.verdict(intent_body("agent-next", 0)) is not None
     assert RequestIndex(RateLimit(0), cache.get).verdict(intent_body("agent-next", 0)) is None  # 0: no limit
 
 

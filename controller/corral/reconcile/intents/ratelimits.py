@@ -20,6 +20,9 @@ from corral.reconcile.intents.facts import StoredIntent, created_at, status_of
 
 # Phases that say the decision let it through the limit (what waits for a person, or runs, or ended).
 _PASSED = frozenset({"AwaitingApproval", "Executing"}) | FINAL_PHASES
+# Ends that take no slot: the limit's own refusal, and a replay of a deleted Intent's name answered from the audit
+# log (reconcile/intents/replays.py), which sends nothing, as the client's DEDUP of an existing one made no Intent.
+_NO_SLOT = frozenset({"RATE_LIMITED", "DEDUP", "DENY_ID_CONFLICT"})
 
 Seen = StoredIntent | Body
 
@@ -42,7 +45,7 @@ def limited_kind(intent: Seen) -> bool:
 
 def state_of(intent: Seen) -> State:
     status = status_of(_read(intent))
-    if status.code == "RATE_LIMITED":
+    if status.code in _NO_SLOT:
         return "limited"
     return "counted" if status.phase in _PASSED else "open"
 
