@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +61,28 @@ def test_free_ports_are_never_ones_an_outgoing_connection_could_take_meanwhile()
         taken = busy.getsockname()[1]
         assert not processes._bindable(taken)
     assert processes._bindable(ports[0])
+
+
+def test_a_started_process_gets_the_runtime_settings_it_is_given_and_no_other_variables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plane gives kube-apiserver GOGC (plane.APISERVER_ENV); an exported secret still stays behind.
+    monkeypatch.setenv("GOGC", "off")
+    monkeypatch.setenv("CORRAL_TEST_SECRET", "hunter2")
+    log = tmp_path / "child.log"
+    script = 'echo "GOGC=${GOGC:-unset} SECRET=${CORRAL_TEST_SECRET:-unset}"'
+    record = processes.start_detached(["sh", "-c", script], log, env={"GOGC": "200"})
+    try:
+        deadline = time.monotonic() + 10
+        while "SECRET=" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop(record, grace_s=1)
+    assert log.read_text().strip() == "GOGC=200 SECRET=unset"
+    plain = processes.start_detached(["sh", "-c", script], tmp_path / "plain.log")
+    try:
+        deadline = time.monotonic() + 10
+        while "SECRET=" not in (tmp_path / "plain.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop(plain, grace_s=1)
+    assert (tmp_path / "plain.log").read_text().strip() == "GOGC=unset SECRET=unset"

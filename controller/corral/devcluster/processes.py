@@ -71,8 +71,10 @@ def child_environment(parent: Mapping[str, str], **extra: str) -> dict[str, str]
     return {**kept, **extra}
 
 
-def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None) -> ProcessRecord:
-    """Start argv in a new session with stdout and stderr appended to log_file, with only child_environment()."""
+def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None,
+                   env: Mapping[str, str] | None = None) -> ProcessRecord:
+    """Start argv in a new session with stdout and stderr appended to log_file, with only child_environment()
+    and `env` (settings of the program's runtime, never secrets)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
@@ -83,7 +85,7 @@ def start_detached(argv: list[str], log_file: Path, cwd: Path | None = None) -> 
             cwd=cwd,
             start_new_session=True,
             close_fds=True,
-            env=child_environment(os.environ),
+            env=child_environment(os.environ, **(env or {})),
         )
     return ProcessRecord(pid=proc.pid, argv=argv)
 
