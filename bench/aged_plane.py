@@ -20,8 +20,8 @@ what ages the plane.
     .venv/bin/python bench/aged_plane.py --intents 500 --runs 1 --calls 50 --seconds 10   # does it work
 
 The fill runs at the pipeline's throughput: 50,000 Intents take about 30 minutes at 29/s on a quiet
-two-core machine, the measurements about 7 more. The second line above took 10 minutes on a busy machine
-(the fill at 6.5/s).
+two-core machine, the measurements about 7 more. On a busy machine the second line above took 10 minutes
+(the fill at 6.5/s), the third 2.5: figures to compare want a quiet one.
 
 Writes bench/results/aged_plane-<time>.json.
 """
