@@ -162,7 +162,32 @@ def http_app(config: kubernetes.client.Configuration, namespaces: list[str], *, 
                                           methods=inner.methods)
     app.state.gateway = gateway  # serve_http closes what it holds open
     _when_sessions_end(gateway, bounded)
+    _json_answers_in_sessions(gateway)
     return app
+
+
+def _json_answers_in_sessions(gateway: Gateway) -> None:
+    """A handshake-era session's requests are answered with one JSON body instead of an SSE stream.
+
+    The SDK's client closes an SSE response once it has the result, before the stream's end, so each call cost a
+    new TCP connection at both ends: about 2.4 ms of the gateway's CPU and 1.5 ms of the client's per call
+    (bench/mcp_transport.py). Nothing is lost: no handler sends progress, log messages or requests to the client
+    while it answers, and what the gateway does send unasked (list_changed, resources/updated) takes the session's
+    GET stream, which stays SSE. 2026-07-28 requests keep the SDK's own choice (JSON unless the handler streams),
+    so subscriptions/listen and a call that emits notifications still get SSE there. The manager has no option for
+    the handshake era alone, so its one place where a session's transport is made is wrapped (`mcp` is pinned)."""
+    manager = getattr(gateway.server, "_session_manager", None)
+    admit = getattr(manager, "_admit_session", None)
+    if manager is None or admit is None:
+        raise RuntimeError("the MCP SDK's session manager changed: sessions could not answer with JSON")
+
+    def admitted(requestor: Any) -> Any:
+        transport = admit(requestor)
+        if transport is not None:
+            transport.is_json_response_enabled = True
+        return transport
+
+    manager._admit_session = admitted
 
 
 async def _end_session(gateway: Gateway, session_id: str) -> None:
