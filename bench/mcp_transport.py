@@ -9,9 +9,11 @@ iot.list_devices, iot.query with a device_id), so the figure is the transport an
 - per-call client CPU (this process's CPU time over the calls: the client SDK and httpx).
 
 Variants (the SDK's session manager options; the bench starts the gateway through itself to set them, the
-product code unchanged otherwise): `sse` (the SDK's default: every handshake-era response an SSE stream),
-`json` (json_response=True everywhere), `stateless` (stateless_http=True: no handshake-era sessions), and
-`product` (whatever `corral mcp` does by default now).
+product code unchanged otherwise): `sse` (the SDK's default: every handshake-era response an SSE stream, as the
+gateway did before it answered handshake-era requests with JSON),
+`json` (json_response=True everywhere), `stateless` (stateless_http=True: no handshake-era sessions),
+`product` (whatever `corral mcp` does by default now) and `walk` (the product, but without its tool-schema
+lookup: the SDK runs tools/list before each 2026-07-28 tools/call with arguments).
 
     .venv/bin/python bench/mcp_transport.py [--calls 300] [--variants product,sse,json,stateless]
         [--profile DIR]   # cProfile of the gateway (one file per variant) and of the client, top entries printed
@@ -38,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-VARIANTS = {"sse": {}, "json": {"json_response": True}, "stateless": {"stateless_http": True}, "product": None}
+VARIANTS = {"sse": {}, "json": {"json_response": True}, "stateless": {"stateless_http": True}, "product": None,
+            "walk": None}
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -49,12 +52,20 @@ def serve(variant: str, profile: str | None, argv: list[str]) -> None:
 
     options = VARIANTS[variant]
     if options is not None:
+        from corral.gateway import serve as serving
+
+        # The SDK's option alone: not the product's JSON answers in handshake-era sessions either.
+        serving._json_answers_in_sessions = lambda gateway: None  # type: ignore[attr-defined]
         original = GatewayServer.streamable_http_app
 
         def with_options(self: Any, **kwargs: Any) -> Any:
             return original(self, **{**kwargs, **options})
 
         GatewayServer.streamable_http_app = with_options  # type: ignore[method-assign]
+    if variant == "walk":  # the product, but the SDK finds a tool's schema by running tools/list, as before
+        from corral.gateway import server as serving_mcp
+
+        serving_mcp.declared_headers = None  # type: ignore[assignment]
     sys.argv = ["corral", *argv]
     # uvicorn raises the signal that stopped it again after shutdown: ignored, so the profile below is written.
     signal.signal(signal.SIGTERM, lambda number, frame: None)
