@@ -90,8 +90,11 @@ def test_an_outcome_ready_before_the_delay_is_the_only_status_write(monkeypatch:
         writes = Writes()
         reconciler = executor(writes)
         reconciler._write_executing_later(INTENT, EXECUTING)
+        later = reconciler._later["u-1"]
         await reconciler._finish(INTENT, None, "EXECUTED", "done", {})
-        await asyncio.sleep(0.2)  # well past the delay: a write that was only postponed would show now
+        assert later.task is not None
+        await asyncio.gather(later.task, return_exceptions=True)
+        assert later.task.cancelled(), "the Executing write was postponed, not dropped"
         return writes.log
 
     assert asyncio.run(run()) == ["final started", "final done"]
