@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from corral.api.approval import Approval
@@ -166,7 +166,7 @@ class Outcomes:
         related = device_ref(view.body) if view is not None else None
         self.event(intent, event_reason(code), "Decide",
                    f"{code}: {message} (requested by {intent.spec.requester})", kind, related)
-        return Result.after((DRY_RUN_TTL if intent.spec.dry_run else self.settings.retention).total_seconds())
+        return Result.after(self.kept_for(intent).total_seconds())
 
     async def restore(self, intent: StoredIntent, view: DeviceView | None, recorded: AuditRecord) -> Result:
         """The outcome the log holds, written to a status that does not show it yet (never decided again)."""
@@ -215,6 +215,10 @@ class Outcomes:
                 log.warning("could not say on Intent %s that it waits for the audit log: %s", name_of(intent), err)
         return Result.after(AUDIT_RECHECK_S)
 
+    def kept_for(self, intent: StoredIntent) -> timedelta:
+        """How long a decided Intent is kept: `--intent-retention`, a dry run's ten minutes."""
+        return DRY_RUN_TTL if intent.spec.dry_run else self.settings.retention
+
     async def housekeep(self, intent: StoredIntent) -> Result:
         """A decided Intent is deleted when its retention is over (`--intent-retention`, an hour; a dry run's, ten
         minutes). Its records stay in the audit log, where a replay of its name is still answered from
@@ -223,7 +227,7 @@ class Outcomes:
         if decided is None:
             return Result.done()
         age = datetime.now(UTC) - decided
-        ttl = DRY_RUN_TTL if intent.spec.dry_run else self.settings.retention
+        ttl = self.kept_for(intent)
         if age < ttl:
             return Result.after((ttl - age).total_seconds())
         await self.kube.delete_intent(namespace_of(intent), intent.metadata.name or "", uid_of(intent))
