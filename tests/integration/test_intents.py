@@ -82,8 +82,11 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str, 
                                        "--rate-limit", "30/60")  # the product's default (the harness has none)
         controller.start()
         try:
-            wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync") for d in FLEET),
-                     "every device registered and in sync", timeout_s=30)
+            # inSync alone holds before a device first reports (nothing targeted yet): the tests' "before" needs
+            # its state known.
+            wait_for(lambda: all((s := device(corral_api, namespace, d).get("status") or {}).get("inSync")
+                                 and s.get("reported") for d in FLEET),
+                     "every device registered, reporting its state, and in sync", timeout_s=30)
             yield Home(namespace, prefix, fleet, clients["reader"], clients["operator"], clients["approver"], corral_api)
         finally:
             controller.stop()
