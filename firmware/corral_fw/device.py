@@ -22,6 +22,13 @@ controller fails safe as well. A retained message never counts as a heartbeat; t
 (`{"state": "gone"}`) only names the cause, since the clock already runs from the last heartbeat. A
 heartbeat ends the loss; the device never restores the old value itself (the controller drives it again).
 
+Epoch (docs/protocol.md, "Epoch"): with several controller replicas, a command may carry `"epoch": int`, the
+sending replica's hold on the device (its Lease's acquire time, in ms). The device keeps the highest epoch it has
+seen, in RAM, and refuses a command with a lower one: a replica that lost the device to another cannot drive it
+any more, whatever it believes. A command without an epoch (a controller alone) is accepted. A resent command id
+still gets its stored ack first (the new owner resuming an Intent must see the old owner's answer, and the
+hardware acts once); a refusal for a stale epoch is not stored, so the same id from the new owner still runs.
+
 A transport has `publish(topic, payload, retain, qos) -> bool` (False when the
 message could not be handed to the network) and `subscribe(topic, qos)`.
 A board has `read(metric)`, `apply(actuator_id, value, units)`,
@@ -47,6 +54,8 @@ QOS_TELEMETRY = 0
 QOS_RELIABLE = 1
 HEARTBEAT_TOPIC = "_corral/heartbeat"  # under the prefix; only the controller may publish there
 MAX_HEARTBEAT_BYTES = 512
+EPOCH = "epoch"
+STALE_EPOCH = "stale_epoch"  # the ack field saying which epoch was refused and which one the device holds
 FAILSAFE = "failsafe"
 # What the device knew of the controller when a failsafe was applied.
 CONTROLLER_UNSEEN = "unseen"  # no heartbeat since boot
@@ -147,6 +156,9 @@ class Device:
         self.event_seq = 0
         self.heartbeats = 0
         self.failsafes_applied = 0
+        self.stale_epochs = 0  # commands refused because a newer controller epoch had been seen
+
+        self.epoch = None  # the highest controller epoch seen since boot (RAM only; None: none yet)
 
     # Connection -------------------------------------------------------------------------
 
@@ -204,10 +216,22 @@ class Device:
         command_id = command.get("id")
         if type(command_id) is not str or not 1 <= len(command_id) <= MAX_ID_CHARS:
             return self._error(None, "malformed command: 'id' must be a string of 1-" + str(MAX_ID_CHARS) + " characters")
+        epoch = command.get(EPOCH)
+        if epoch is not None and (type(epoch) is not int or epoch < 0):
+            return self._error(command_id, "malformed command: 'epoch' must be a whole number >= 0 (or absent)")
         stored = self._acks.get(command_id)
         if stored is not None:
             self.duplicates += 1
+            self._see_epoch(epoch)
             return stored
+        if epoch is not None and self.epoch is not None and epoch < self.epoch:
+            # Not stored under the id: the owner that holds the newer epoch may send this very id and must be heard.
+            self.stale_epochs += 1
+            self.errors += 1
+            return self._ack(command_id, False, "stale epoch " + str(epoch) + ": this device has seen epoch "
+                             + str(self.epoch) + " from the controller that now owns it; a command needs an epoch"
+                             + " >= " + str(self.epoch) + " (or none)", stale=(epoch, self.epoch))
+        self._see_epoch(epoch)
         ack = self._execute(command_id, command)
         self._acks.put(command_id, ack)
         return ack
@@ -256,10 +280,16 @@ class Device:
             return self._ack(command_id, True, None, {"actuator": actuator.id, "requested": requested, "applied": applied})
         return self._ack(command_id, True, None)
 
-    def _ack(self, command_id, ok: bool, error, clamped=None) -> str:
+    def _see_epoch(self, epoch) -> None:
+        if epoch is not None and (self.epoch is None or epoch > self.epoch):
+            self.epoch = epoch
+
+    def _ack(self, command_id, ok: bool, error, clamped=None, stale=None) -> str:
         ack = {"id": command_id, "ok": ok, "error": error, "state": self.state()}
         if clamped is not None:
             ack["clamped"] = clamped
+        if stale is not None:
+            ack[STALE_EPOCH] = {"sent": stale[0], "seen": stale[1]}
         if self.failsafe_state:
             ack[FAILSAFE] = self.failsafe_state
         return json.dumps(ack)

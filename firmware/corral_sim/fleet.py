@@ -161,6 +161,14 @@ class SimulatedDevice:
         self.reconnect_delay_s = 0.0
         self.next_link_down_s: float | None = None  # set by a link drop: how long before reconnecting
         self.fault_rng: Rng | None = None
+        self.stale_epochs_retired = 0  # stale-epoch refusals of firmware instances a power cycle ended
+
+    @property
+    def stale_epochs(self) -> int:
+        """Commands this hardware refused for a stale controller epoch, over every boot (a test's proof that a
+        replica which lost the device was turned away at the device itself)."""
+        current = self.firmware.stale_epochs if self.firmware is not None else 0
+        return self.stale_epochs_retired + current
 
     @property
     def device_id(self) -> str:
@@ -273,6 +281,8 @@ class Fleet:
         self.stats["power_cycles"] += 1
         device.powered = False
         device.generation += 1
+        if device.firmware is not None:
+            device.stale_epochs_retired += device.firmware.stale_epochs
         if device.transport is not None:
             old = device.transport
             old.on_link_change = None
@@ -317,6 +327,7 @@ class Fleet:
             "connected": sum(1 for d in devices if d.connected),
             "telemetry_sent": sum(d.firmware.telemetry_sent for d in devices if d.firmware),
             "executions": sum(d.firmware.executions for d in devices if d.firmware),
+            "stale_epochs": sum(d.stale_epochs for d in devices),
         }
 
     # The loop ---------------------------------------------------------------------------
