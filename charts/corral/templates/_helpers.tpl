@@ -157,10 +157,46 @@ certificate made at run time is for: the Service's DNS names, loopback (for `kub
 {{- include "corral.componentName" (list . "controller") }}
 {{- end }}
 
+{{/* The headless Service that gives the StatefulSet's pods their DNS names (<pod>.<headless>.<ns>.svc). */}}
+{{- define "corral.controllerHeadless" -}}
+{{- include "corral.componentName" (list . "controller-pods") }}
+{{- end }}
+
+{{/* The controller pods' names, ordinal 0 to controller.replicas - 1, as JSON: each one's broker account, its
+AuditCheckpoint object and its serving certificate's names are made ahead for exactly these. */}}
+{{- define "corral.controllerPods" -}}
+{{- $pods := list }}
+{{- range $i := until (int .Values.controller.replicas) }}
+{{- $pods = append $pods (printf "%s-%d" (include "corral.controllerName" $) $i) }}
+{{- end }}
+{{- toJson $pods }}
+{{- end }}
+
+{{/* The prefix of the controller's Leases (<prefix>-shard-<k>, <prefix>-member-<pod>): leaderElection.leasePrefix,
+or <fullname>-controller. */}}
+{{- define "corral.leasePrefix" -}}
+{{- .Values.controller.leaderElection.leasePrefix | default (include "corral.controllerName" .) }}
+{{- end }}
+
+{{/* The AuditCheckpoint objects of the controller, one per pod (one chain per ordinal), as JSON. */}}
+{{- define "corral.controllerCheckpoints" -}}
+{{- $names := list }}
+{{- range include "corral.controllerPods" . | fromJsonArray }}
+{{- $names = append $names (printf "%s-%s" (include "corral.controllerCheckpoint" $) .) }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
 {{- define "corral.servingNames" -}}
 {{- $svc := include "corral.controllerName" . }}
 {{- $ns := .Release.Namespace }}
-{{- toJson (concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost" "127.0.0.1" "::1") .Values.audit.serving.extraNames | uniq) }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) }}
+{{- /* Each replica serves its own chain: a reader reaches one pod by its name under the headless Service. */}}
+{{- $headless := include "corral.controllerHeadless" . }}
+{{- range include "corral.controllerPods" . | fromJsonArray }}
+{{- $names = concat $names (list (printf "%s.%s.%s.svc" . $headless $ns) (printf "%s.%s.%s.svc.cluster.local" . $headless $ns)) }}
+{{- end }}
+{{- toJson (concat $names (list "localhost" "127.0.0.1" "::1") .Values.audit.serving.extraNames | uniq) }}
 {{- end }}
 
 {{/* The fixed names of the AuditCheckpoint objects in the release namespace (`--audit-checkpoint`). */}}
@@ -289,7 +325,9 @@ mqtt.url with mqtt.username. */}}
 {{- if or .Values.mqtt.username .Values.mqtt.password .Values.mqtt.existingSecret }}
 {{- fail "mqtt.username, mqtt.password and mqtt.existingSecret are for a broker of your own: with mosquitto.enabled (and mqtt.url at its default) the controller uses the bundled broker's account corral-controller, whose password the controller's init container makes at run time (Secret <fullname>-broker-accounts). Leave them empty." }}
 {{- end }}
-{{- printf "mqtts://%s@%s:8883" (include "corral.brokerController" .) (include "corral.mosquittoName" .) }}
+{{- /* Each replica its own account, its pod name (Kubernetes expands $(POD_NAME) in the container's arguments);
+the bundled broker's init container makes one per ordinal (corral.controllerPods). */}}
+{{- printf "mqtts://$(POD_NAME)@%s:8883" (include "corral.mosquittoName" .) }}
 {{- else }}
 {{- $base := .Values.mqtt.url }}
 {{- $u := urlParse $base }}
@@ -347,7 +385,7 @@ or ({"own": true}) the file the init container writes from the CA it made. */}}
 {{- end }}
 {{- end }}
 
-{{/* Refusals that concern several values, with what to set instead. Included by the controller Deployment. */}}
+{{/* Refusals that concern several values, with what to set instead. Included by the controller StatefulSet. */}}
 {{- define "corral.checks" -}}
 {{- if and .Values.signing.require (not .Values.signing.keysSecret) }}
 {{- fail "signing.require is true (the default), so the controller refuses device contracts without a valid signature, but signing.keysSecret is empty. Make a signing key and trust it (corral contracts keygen --key vendor.pem --secret NAMESPACE/corral-signing-keys), sign your firmware's contracts with it (corral contracts sign --key vendor.pem --out signed.json), and set signing.keysSecret=corral-signing-keys: a Secret in the release namespace whose data entries are the trusted Ed25519 public keys (or kubectl create secret generic corral-signing-keys -n NAMESPACE --from-file=vendor=PUBLIC_KEY_FILE). Or set signing.require=false to accept unsigned contracts (only on a network you trust)." }}
@@ -362,6 +400,16 @@ or ({"own": true}) the file the init container writes from the CA it made. */}}
 {{- end }}
 {{- if and .Values.gateway.enabled (ne .Values.gateway.service.type "ClusterIP") (not .Values.nodeAddress) (not .Values.gateway.allowedHosts) (not .Values.gateway.publicUrl) }}
 {{- fail (printf "gateway.service.type is %s, so agents on your LAN reach the gateway at this node's address, but nodeAddress is empty: the gateway answers a request for a host it does not know with 421 (Invalid Host header; its DNS rebinding protection). Set nodeAddress to the node's IP address or DNS name as agents use it (--set nodeAddress=192.168.1.10; values-k3s.yaml), or name the host in gateway.allowedHosts (HOST:PORT) or gateway.publicUrl." .Values.gateway.service.type) }}
+{{- end }}
+{{- if and .Values.audit.persistence.enabled .Values.audit.persistence.existingClaim (gt (int .Values.controller.replicas) 1) }}
+{{- fail (printf "controller.replicas is %d, but audit.persistence.existingClaim gives every controller pod ONE audit log volume, and a log has one writer (the second pod would find it locked and exit). Leave existingClaim empty (each replica gets a claim of its own from the StatefulSet, one chain per ordinal), or run controller.replicas=1." (int .Values.controller.replicas)) }}
+{{- end }}
+{{- $election := .Values.controller.leaderElection }}
+{{- if not (gt (float64 $election.leaseDurationSeconds) (float64 $election.renewDeadlineSeconds)) }}
+{{- fail (printf "controller.leaderElection.renewDeadlineSeconds (%v) must be below leaseDurationSeconds (%v): a leader that cannot renew must stop acting before another replica may take its Lease." $election.renewDeadlineSeconds $election.leaseDurationSeconds) }}
+{{- end }}
+{{- if not (gt (float64 $election.renewDeadlineSeconds) (mulf $election.retryPeriodSeconds 1.2)) }}
+{{- fail (printf "controller.leaderElection.renewDeadlineSeconds (%v) must be more than 1.2 x retryPeriodSeconds (%v), as in client-go: a leader must get more than one try at renewing before its deadline." $election.renewDeadlineSeconds $election.retryPeriodSeconds) }}
 {{- end }}
 {{- if and .Values.gateway.enabled (gt (int .Values.gateway.replicas) 1) .Values.audit.gatewayPersistence.enabled }}
 {{- fail (printf "gateway.replicas is %d, but audit.gatewayPersistence.enabled gives the gateway ONE audit log volume, and a log has one writer (the second pod would find it locked and exit). Run one gateway replica, or set audit.gatewayPersistence.enabled=false: then each gateway pod keeps its own log in an emptyDir (lost with the pod) and none publishes an AuditCheckpoint." (int .Values.gateway.replicas)) }}
