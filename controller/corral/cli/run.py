@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 from datetime import timedelta
@@ -30,6 +31,7 @@ from corral.notify.sender import load_config as load_notify_config
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.handlers import build_registry
 from corral.reconcile.intents.settings import IntentSettings
+from corral.scale.settings import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S, ScaleSettings
 from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
 
 # Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
@@ -172,6 +174,27 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
                    "their URLs and headers may come from files (a mounted Secret).")
 @click.option("--console-url", metavar="URL",
               help="Base URL of the approval console: notifications link to URL/intents/NAMESPACE/NAME.")
+# Leader election and sharding (docs/scale.md): off, the controller stands alone and owns every device.
+@click.option("--leader-elect", is_flag=True,
+              help="Run as one of several replicas: act only for the devices of the shards whose Leases "
+                   "(coordination.k8s.io) this replica holds; the others wait warm. The holder of shard 0 leads.")
+@click.option("--identity", metavar="ID",
+              help="This replica's name in the Leases; default $POD_NAME (or the hostname) plus '_' and 8 random hex "
+                   "digits, so a restarted container is another holder.")
+@click.option("--lease-namespace", envvar="POD_NAMESPACE", default="default", show_default=True, metavar="NS",
+              help="Namespace of the Leases (env POD_NAMESPACE: the release's).")
+@click.option("--lease-prefix", default="corral-controller", show_default=True,
+              help="Leases are PREFIX-shard-K and PREFIX-member-POD.")
+@click.option("--shards", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Virtual shards the devices are divided into, each held through its own Lease; 1 is plain "
+                   "active/standby. Every replica must be given the same number.")
+@click.option("--lease-duration", type=click.FloatRange(min=0, min_open=True), default=LEASE_DURATION_S,
+              show_default=True, help="Seconds a Lease is its holder's after its last renewal.")
+@click.option("--renew-deadline", type=click.FloatRange(min=0, min_open=True), default=RENEW_DEADLINE_S,
+              show_default=True, help="Seconds after its last successful renewal that a holder stops acting (no "
+                                      "command, no status write); less than --lease-duration.")
+@click.option("--retry-period", type=click.FloatRange(min=0, min_open=True), default=RETRY_PERIOD_S,
+              show_default=True, help="Seconds between attempts to acquire or renew; less than --renew-deadline.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     mqtt_url: str,
@@ -226,6 +249,14 @@ def run(
     requestheader_from_cluster: bool,
     notify_config: str | None,
     console_url: str | None,
+    leader_elect: bool,
+    identity: str | None,
+    lease_namespace: str,
+    lease_prefix: str,
+    shards: int,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
     verbose: bool,
 ) -> None:
     """Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."""
@@ -241,6 +272,8 @@ def run(
         raise click.UsageError("--requestheader-from-cluster reads the requestheader CA from the cluster; "
                                "leave out --requestheader-client-ca-file")
     notifications, console = _notifications(notify_config), _console_url(console_url)  # checked before anything runs
+    scale = _scale(leader_elect, identity, lease_namespace, lease_prefix, shards, lease_duration, renew_deadline,
+                   retry_period)
     mqtt_password = broker_password(mqtt_url, mqtt_password_file)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -288,6 +321,7 @@ def run(
         front_proxy=_front_proxy(requestheader_client_ca_file, requestheader_allowed_names, requestheader_from_cluster),
         notifications=notifications,
         console_url=console,
+        scale=scale,
     )
     if bool(serve_cert) != bool(serve_key):
         raise click.UsageError("--serve-cert and --serve-key go together")
@@ -311,6 +345,22 @@ def run(
         retention=timedelta(seconds=intent_retention),
     )
     asyncio.run(_operate(config, intent_settings, health_port, listen_host, list(watch_namespaces)))
+
+
+def _scale(leader_elect: bool, identity: str | None, namespace: str, prefix: str, shards: int, lease_duration: float,
+           renew_deadline: float, retry_period: float) -> ScaleSettings:
+    if not leader_elect and shards != 1:
+        raise click.UsageError(f"--shards {shards} needs --leader-elect: shards are held through Leases")
+    if identity is not None and not identity.strip():
+        raise click.BadParameter("an empty identity names nobody", param_hint="--identity")
+    # A restarted container is another process: it must not pass for the holder its predecessor was.
+    who = identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
+    try:
+        return ScaleSettings(identity=who, namespace=namespace, lease_prefix=prefix, shards=shards,
+                             lease_duration_s=lease_duration, renew_deadline_s=renew_deadline,
+                             retry_period_s=retry_period, enabled=leader_elect)
+    except ValueError as err:
+        raise click.UsageError(f"--lease-duration, --renew-deadline, --retry-period, --shards: {err}") from None
 
 
 def _rate_limit(text: str) -> RateLimit:

@@ -49,7 +49,13 @@ class CommandTracker:
         if future is None or future.done():
             future = asyncio.get_running_loop().create_future()
             self._waiting[key] = future
-        publish(command)
+        try:
+            publish(command)
+        except BaseException:
+            # Not sent (a door refused it, or the link is down): nobody is to wait for its ack.
+            if self._waiting.get(key) is future:
+                del self._waiting[key]
+            raise
         metrics.COMMANDS_SENT.inc()
         started = time.monotonic()
         try:

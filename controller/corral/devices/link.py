@@ -180,6 +180,14 @@ class MqttLink:
             payload = {**payload, "trace": trace}
         return self._client.publish(topic, json.dumps(payload, separators=(",", ":")), qos=qos, properties=properties)
 
+    def resubscribe(self, kinds: tuple[str, ...]) -> None:
+        """Subscribe again to these inbound kinds of every device: the broker sends their retained messages again
+        (retain handling 0). Nothing when not connected: the next connect subscribes anew anyway."""
+        client = self._client
+        if client is None or not self.connected.is_set():
+            return
+        client.subscribe([(f"{self.topics.prefix}/+/{kind}", 1) for kind in kinds])
+
     # paho thread ---------------------------------------------------------------------------
 
     def _new_client(self) -> mqtt.Client:

@@ -10,6 +10,7 @@ from corral.contract.trust import RiskFloors
 from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
 from corral.notify.payloads import NotifySettings
+from corral.scale.settings import ScaleSettings
 from corral.serving.frontproxy import FrontProxy
 
 
@@ -92,3 +93,6 @@ class ControllerConfig:
     # --notify-config (None: none are sent), and the approval console's base URL, for the link to each Intent.
     notifications: NotifySettings | None = None
     console_url: str | None = None
+    # Leader election and sharding (`--leader-elect`, docs/scale.md): not enabled, the controller stands alone and
+    # owns every device; enabled, it acts only for the devices of the shards whose Leases it holds.
+    scale: ScaleSettings = field(default_factory=lambda: ScaleSettings(identity="standalone"))

@@ -12,6 +12,12 @@ Three queues, each worked by one reconciler (`async def reconcile(key) -> Result
   Keys come from Intent, Approval and ApprovalGrant watch events and from a changed AgentPause (the undecided
   Intents of its namespace); a decision to execute queues the Intent for execution.
 
+Several replicas (`--leader-elect`, docs/scale.md): each queue's reconciler sits behind a gate that drops keys of
+devices this replica does not own (`doors.py`), and the `Ownership` (scale/) tells, through its callbacks, when a
+shard was acquired (its devices and unfinished Intents are queued again), is being released (its work in flight
+ends first) or was lost. The leader (the holder of shard 0) alone keeps the broker's accounts and deletes unused
+Capabilities. A controller alone is `Standalone`: every gate and door open.
+
 The guards (Interlocks, leases, AgentPauses: reconcile/guards) are listed before anything is decided or driven.
 What each event queues is declared here (`_watch` and the `on_*_event` inputs), not inside the reconcilers.
 Everything runs on one event loop; the MQTT side's callbacks cross over with `call_soon_threadsafe`.
@@ -28,17 +34,17 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from corral.api.codes import CONTROLLER_MANAGER
+from corral.api.codes import CONTROLLER_MANAGER, FINAL_PHASES
 from corral.audit.component import AuditSettings, assemble
 from corral.audit.decisions import DecisionIndex
 from corral.audit.log import AuditLog, read_records
 from corral.audit.requests import RequestNames
 from corral.audit.signer import CheckpointSigner
 from corral.kube.access import AccessReviews
-from corral.kube.cache import Body
+from corral.kube.cache import Body, Key
 from corral.kube.events import EventRecorder
 from corral.kube.objects import Kube
-from corral.kube.workqueue import WorkQueue, run_workers
+from corral.kube.workqueue import Result, WorkQueue, run_workers
 from corral.notify.sender import Notifier
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.devices.cache import DeviceCache
@@ -51,12 +57,17 @@ from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.devices.targets import TargetApplier
 from corral.reconcile.devices.trust import ContractTrust
 from corral.reconcile.devices.wiring import DeviceEvents
+from corral.reconcile.doors import Doors, NotOwned
 from corral.reconcile.guards.interlocks import Interlocks
 from corral.reconcile.guards.leases import Leases
 from corral.reconcile.guards.pauses import AgentPauses
+from corral.reconcile.intents.facts import status_of
 from corral.reconcile.intents.settings import IntentSettings
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
+from corral.reconcile.shardlabels import ShardLabels
+from corral.scale.ownership import Ownership, Standalone
+from corral.scale.settings import ScaleSettings
 from corral.serving.auth import Reviews
 from corral.serving.certs import ensure_serving_certificate
 from corral.serving.server import ReadServer
@@ -64,13 +75,20 @@ from corral.serving.server import ReadServer
 log = logging.getLogger(__name__)
 
 GUARDS_LISTED_S = 60
+# How long a replica waits for its first MQTT connection before it competes for shards anyway (a standby should be
+# warm, but a broker that is away must not keep a replica from leading what it can).
+WARM_S = 30
 
 
 class Controller:
     def __init__(self, config: ControllerConfig, intent_settings: IntentSettings, kube: Kube, recorder: EventRecorder,
-                 signing_keys: Mapping[str, Ed25519PublicKey] | None = None) -> None:
+                 signing_keys: Mapping[str, Ed25519PublicKey] | None = None, ownership: Ownership | None = None) -> None:
         self.config, self.kube = config, kube
         self.fleet, self.devices = Fleet(), DeviceCache()
+        self.ownership = ownership if ownership is not None else _ownership(config.scale, kube)
+        self.doors = Doors(self.ownership, self.devices, ShardLabels(kube, self.ownership.shards))
+        self._leading = False
+        self._executing: dict[int, int] = {}  # executions in flight, by shard: a release waits for them
         self.queue: WorkQueue[str] = WorkQueue("devices")
         self.audit, self.checkpoints = _audit(config, kube)
         self.recorded = DecisionIndex()
@@ -86,10 +104,12 @@ class Controller:
         trust = ContractTrust(self.capabilities, self.devices, config.risk_floors,
                               check_versions=config.require_signatures,
                               freshness=intent_settings.policy.freshness_rule())
-        self.mqtt = MqttSide(config, kube.api, self.fleet, self.devices, self.queue, notices, trust, signing_keys)
+        self.mqtt = MqttSide(config, kube.api, self.fleet, self.devices, self.queue, notices, trust, signing_keys,
+                             doors=self.doors)
         listening = Listening(connected=self.mqtt.connected, up_since=self.mqtt.up_since)
         self.access = AccessReviews(kube)
         self.applier = TargetApplier(kube)
+        self.applier.doors = self.doors
         port = FleetPort(self.fleet, self.devices, self.mqtt.driver, self.applier, self.queue, notices, listening,
                          trust)
         namespaces = config.watch_namespaces
@@ -109,9 +129,13 @@ class Controller:
                                         self.interlocks,
                                         on_awaiting=self.notifier.waiting if self.notifier is not None else None,
                                         leases=self.leases, pauses=self.pauses, names=self.names)
+        # The doors of status writes: only a device's owner writes its Device's and its Intents' status.
+        self.device_reconciler.writer.doors = self.doors
+        self.intents.outcomes.doors = self.doors
         self.server = _read_server(config, kube, self.access, port)
         self._workers: list[asyncio.Task[None]] = []
         self._watch()
+        self.ownership.set_callbacks(self._acquired, self._releasing, self._lost)
 
     # ---- what each event queues -----------------------------------------------------------------------------
 
@@ -150,12 +174,24 @@ class Controller:
             await self.server.start()
         # A changed contract is judged against the accepted one, which a Capability holds.
         await self.capabilities.prime()
-        self.capabilities.start()
         await self._list_guards()
-        await self.mqtt.start()
+        alone = not self.doors.sharded
+        await self.mqtt.start(lead=alone)
         if self.notifier is not None:
             await self.notifier.start()
         self._workers = self._run_workers()
+        if alone:
+            await self._lead()
+            return
+        # Warm before competing: caches primed, guards listed, MQTT connected; the gates drop everything until a
+        # shard is held, and its `acquired` queues its work again.
+        try:
+            await asyncio.wait_for(self.mqtt.link.connected.wait(), WARM_S)
+        except TimeoutError:
+            log.warning("no MQTT connection within %d s; competing for shards all the same", WARM_S)
+        await self.ownership.start()
+        log.info("as %s: holding shard(s) %s of %d%s", self.config.scale.identity, sorted(self.ownership.owned()),
+                 self.ownership.shards, " (the leader)" if self.ownership.is_leader() else "")
 
     async def _prime(self) -> None:
         """Know every existing Device before the first retained `info` arrives; otherwise a device that a person
@@ -182,16 +218,112 @@ class Controller:
         """Each queue and the reconciler that works it."""
         settings, intents = self.intents.settings, self.intents
         return [
-            asyncio.create_task(run_workers(self.queue, self.device_reconciler.reconcile, self.config.workers),
+            asyncio.create_task(run_workers(self.queue, self._reconcile_device, self.config.workers),
                                 name="corral-devices"),
-            asyncio.create_task(run_workers(intents.decisions, intents.reconciler.reconcile, settings.decision_workers),
+            asyncio.create_task(run_workers(intents.decisions, self._decide_intent, settings.decision_workers),
                                 name="corral-intents"),
-            asyncio.create_task(run_workers(intents.executions, intents.executor.reconcile,
-                                            settings.execution_workers),
+            asyncio.create_task(run_workers(intents.executions, self._execute_intents, settings.execution_workers),
                                 name="corral-executions"),
         ]
 
+    # ---- the gates: each queue's keys, for devices this replica owns ----------------------------------------
+
+    async def _reconcile_device(self, device_id: str) -> Result:
+        if not self.doors.takes(device_id):
+            return Result.done()  # its owner reconciles it; queued again here if its shard is acquired
+        try:
+            return await self.device_reconciler.reconcile(device_id)
+        except NotOwned:
+            return Result.done()  # the shard was lost mid-way: the door refused, its new owner carries on
+
+    async def _decide_intent(self, key: Key) -> Result:
+        intent = self.intents.intents.get(key)
+        # A malformed Intent names no readable Device: the leader answers it.
+        device_id = self.doors.device_id(key[0], intent.spec.device) if intent is not None else None
+        if not self.doors.takes(device_id):
+            return Result.done()
+        try:
+            return await self.intents.reconciler.reconcile(key)
+        except NotOwned:
+            return Result.done()
+
+    async def _execute_intents(self, device_key: Key) -> Result:
+        device_id = self.doors.device_id(*device_key)
+        if not self.doors.takes(device_id):
+            # Not ours (any more): what was handed over here is decided again by the owner (requeued on acquire).
+            self.intents.executor.handovers.ready.pop(device_key, None)
+            return Result.done()
+        shard = self.doors.shard(device_id) if device_id else 0
+        self._executing[shard] = self._executing.get(shard, 0) + 1
+        try:
+            return await self.intents.executor.reconcile(device_key)
+        except NotOwned:
+            self.intents.executor.handovers.ready.pop(device_key, None)
+            return Result.done()
+        finally:
+            self._executing[shard] -= 1
+
+    # ---- what the Ownership tells ---------------------------------------------------------------------------
+
+    async def _acquired(self, shard: int) -> None:
+        """A shard is ours now: learn its devices as they are (retained info and status again), reconcile each,
+        and take up its unfinished Intents (an Executing one resumes with its command id)."""
+        self.doors.draining.discard(shard)
+        if shard == 0:
+            await self._lead()
+        self.mqtt.redeliver()
+        for known in {*self.devices.device_ids(), *(rt.device_id for rt in self.fleet.values())}:
+            if self.doors.shard(known) == shard:
+                self.queue.add(known)
+        resumed = 0
+        for key, intent in self.intents.intents.items():
+            if status_of(intent).phase in FINAL_PHASES:
+                continue
+            device_id = self.doors.device_id(key[0], intent.spec.device)
+            if (self.doors.shard(device_id) if device_id else 0) == shard:
+                self.intents.decisions.add(key)
+                resumed += 1
+        log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up", shard, resumed)
+
+    async def _releasing(self, shard: int) -> None:
+        """A shard is to be handed over: no new work for it, and its executions in flight end first (bounded by
+        the command timeout; one still running then is resumed by the next owner with its command id)."""
+        self.doors.draining.add(shard)
+        if shard == 0:
+            await self._follow()
+        deadline = asyncio.get_running_loop().time() + self.config.command_timeout_s
+        while self._executing.get(shard, 0) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        log.info("releasing shard %d%s", shard,
+                 "" if not self._executing.get(shard, 0) else " with executions still in flight (the next owner "
+                 "resumes them)")
+
+    async def _lost(self, shard: int) -> None:
+        """Past the renew deadline: the doors refuse already; only the leader's own loops are stopped."""
+        log.warning("lost shard %d: past the renew deadline, nothing more is sent or written for its devices", shard)
+        if shard == 0:
+            await self._follow()
+
+    async def _lead(self) -> None:
+        if self._leading:
+            return
+        self._leading = True
+        self.capabilities.start()
+        self.mqtt.lead()
+
+    async def _follow(self) -> None:
+        if not self._leading:
+            return
+        self._leading = False
+        await self.capabilities.stop()
+        await self.mqtt.follow()
+
     async def stop(self) -> None:
+        # First: hand every shard over now (SIGTERM), not a lease duration later.
+        try:
+            await self.ownership.stop()
+        except Exception:
+            log.exception("releasing the shards failed; their Leases expire after the lease duration")
         if self.server is not None:
             await self.server.stop()
         for task in self._workers:
@@ -264,3 +396,13 @@ async def _listed(start: Callable[[], None], synced: asyncio.Event, what: str, h
         await asyncio.wait_for(synced.wait(), GUARDS_LISTED_S)
     except TimeoutError:
         raise RuntimeError(f"the {what} could not be listed within {GUARDS_LISTED_S} s: {hint}") from None
+
+
+def _ownership(settings: ScaleSettings, kube: Kube) -> Ownership:
+    """A controller alone owns every device; with leader election, what it owns is the Leases it holds."""
+    if not settings.enabled:
+        return Standalone()
+    from corral.scale.shards import ShardOwnership
+
+    elected: Ownership = ShardOwnership(settings, kube.api)
+    return elected

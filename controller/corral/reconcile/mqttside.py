@@ -33,6 +33,7 @@ from corral.reconcile.devices.notices import DeviceNotices
 from corral.reconcile.devices.refusals import RefusalTracer
 from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.devices.trust import ContractTrust
+from corral.reconcile.doors import OPEN, Doors
 
 ENROLLMENTS_LISTED_S = 60
 
@@ -42,14 +43,15 @@ class MqttSide:
 
     def __init__(self, config: ControllerConfig, api: AsyncApi, fleet: Fleet, devices: DeviceCache,
                  queue: WorkQueue[str], notices: DeviceNotices, trust: ContractTrust,
-                 signing_keys: Mapping[str, Ed25519PublicKey] | None = None) -> None:
+                 signing_keys: Mapping[str, Ed25519PublicKey] | None = None, doors: Doors = OPEN) -> None:
+        self.doors = doors
         self.topics = topics = Topics(config.topic_prefix)
         tls = TlsFiles(config.mqtt_ca_file, config.mqtt_cert_file, config.mqtt_key_file)
         extra = (RESPONSE_TOPIC,) if config.manage_broker_accounts else ()
         self.link = MqttLink(config.mqtt_url, topics, self._on_message, on_connected=self._on_connected,
                              extra_subscriptions=extra, tls=tls, password=config.mqtt_password,
                              heartbeat=Heartbeat.on(topics, config.heartbeat_interval_s))
-        self.driver = Driver(self.link, topics, config.command_timeout_s)
+        self.driver = Driver(self.link, topics, config.command_timeout_s, doors)
         self.ingest = Ingest(topics, fleet, queue, self.driver, notices, config.coalescing,
                              bound=lambda device_id: bool(devices.bound(device_id)), trust=trust,
                              require_signatures=config.require_signatures, signing_keys=signing_keys,
@@ -73,15 +75,33 @@ class MqttSide:
     def up_since(self) -> float:
         return self.ingest.link_up_since
 
-    async def start(self) -> None:
+    async def start(self, lead: bool = True) -> None:
+        """`lead`: keep the broker's accounts from the start (a controller alone); a replica that may not lead
+        follows the enrollments (to know who is barred) and keeps the accounts only while it leads (`lead`)."""
         if self.accounts is not None and self.enrollments is not None:
             # The enrollments first: the first thing the controller tells a fresh broker is who may connect.
             self.enrollments.start()
             await asyncio.wait_for(self.enrollments.synced.wait(), ENROLLMENTS_LISTED_S)
-            self.accounts.start()
+            if lead:
+                self.accounts.start()
         await self.link.start()
         if self.refusals is not None:
             self.refusals.start()
+
+    def lead(self) -> None:
+        """Became the leader: keep the broker's accounts, re-synced from the enrollment Secrets at once."""
+        if self.accounts is not None:
+            self.accounts.start()
+
+    async def follow(self) -> None:
+        """No longer the leader: leave the broker's accounts to the one that is."""
+        if self.accounts is not None:
+            await self.accounts.stop()
+
+    def redeliver(self) -> None:
+        """Subscribe again to the devices' retained info and status, which the broker then sends again: a shard
+        just acquired learns its devices' contracts and presence as they are now."""
+        self.link.resubscribe(("info", "status"))
 
     async def stop_accounts(self) -> None:
         if self.accounts is not None and self.enrollments is not None:
@@ -100,6 +120,12 @@ class MqttSide:
             if self.accounts is not None:
                 self.accounts.on_response(message.payload)
             return
+        if self.doors.sharded:
+            # Another replica's device: dropped before its payload is read (a topic split and a hash). An unknown
+            # device's enrollment is its id's shard's owner's too. Acks still pass while a shard drains.
+            parsed = self.topics.parse(message.topic)
+            if parsed is not None and not self.doors.owns(parsed[0]):
+                return
         self.ingest.on_message(message)
 
     def _on_connected(self) -> None:

@@ -113,10 +113,16 @@ class BrokerAccounts:
     # ---- the loop -------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Keep the broker's accounts equal to the enrollments, beginning with a full sync: a replica that just
+        became the leader cannot know what its predecessor left undone."""
+        if self._task is not None and not self._task.done():
+            return
+        self._dirty.set()
         self._task = asyncio.create_task(self._run(), name="corral-broker-accounts")
 
     async def stop(self) -> None:
         await cancel_all([self._task])
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -86,10 +86,14 @@ class Capabilities:
     # ---- collection -----------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Collect unused Capabilities: the leader's work alone (two replicas would race to delete)."""
+        if self._task is not None and not self._task.done():
+            return
         self._task = asyncio.create_task(self._run(), name="corral-capability-gc")
 
     async def stop(self) -> None:
         await cancel_all([self._task])
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -24,6 +24,7 @@ from corral.devices.plan import Command, PinnedCommand
 from corral.devices.topics import Topics
 from corral.obs import tracing
 from corral.obs.crashpoints import ACK_RECEIVED, COMMAND_SENT, armed, crash_point
+from corral.reconcile.doors import OPEN, Doors
 
 State = dict[str, Any]
 
@@ -133,10 +134,11 @@ class Expectations:
 
 
 class Driver:
-    def __init__(self, link: MqttLink, topics: Topics, command_timeout_s: float) -> None:
+    def __init__(self, link: MqttLink, topics: Topics, command_timeout_s: float, doors: Doors = OPEN) -> None:
         self.link = link
         self.topics = topics
         self.command_timeout_s = command_timeout_s
+        self.doors = doors  # asked right before each publish: a replica past its renew deadline sends nothing
         self.tracker = CommandTracker()
         self.expectations = Expectations()
 
@@ -150,7 +152,7 @@ class Driver:
         topic = self.topics.of(device_id, "cmd")
 
         def publish(payload: dict[str, Any]) -> None:
-            sent = self.link.publish(topic, payload, trace=tracing.carrier())
+            sent = self.link.publish(topic, self._fenced(device_id, payload), trace=tracing.carrier())
             if pinned and armed(COMMAND_SENT):
                 # Test-only: the crash is to come after the broker has the command, not while paho still queues it.
                 sent.wait_for_publish(5.0)
@@ -167,10 +169,18 @@ class Driver:
         """Ask the device for its full state now (get_state changes nothing); CommandTimeout if it does not answer."""
         command = {"id": f"get-{uuid.uuid4().hex[:16]}", "cmd": "get_state", "params": {}}
         ack = await self.tracker.send(
-            device_id, lambda payload: self.link.publish(self.topics.of(device_id, "cmd"), payload),
+            device_id, lambda payload: self.link.publish(self.topics.of(device_id, "cmd"),
+                                                         self._fenced(device_id, payload)),
             command, self.command_timeout_s if timeout_s is None else timeout_s,
         )
         return dict(ack.state)
+
+    def _fenced(self, device_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The door of every command: NotOwned unless this replica owns the device now; the payload carries the
+        shard's epoch when there is one, so firmware that heard a later owner refuses this one (Fence 3)."""
+        self.doors.check(device_id, "sending a command")
+        epoch = self.doors.epoch(device_id)
+        return payload if epoch is None else {**payload, "epoch": epoch}
 
 
 __all__ = ["CommandTimeout", "DeviceGone", "DeviceRefused", "Driver", "Expectations", "Pin", "Superseded"]

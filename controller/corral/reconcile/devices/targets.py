@@ -27,6 +27,8 @@ from corral.api.device import Device
 from corral.kube.cache import Key, key_of, newer
 from corral.kube.objects import FieldConflict
 from corral.kube.typed import Body
+from corral.reconcile.devices.cache import device_id_of
+from corral.reconcile.doors import OPEN, Doors
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ class TargetApi(Protocol):
 
 
 class TargetApplier:
+    doors: Doors = OPEN  # the controller's, set where it is wired: only the device's owner applies its targets
+
     def __init__(self, api: TargetApi) -> None:
         self.api = api
         self._written: OrderedDict[Key, Body] = OrderedDict()
@@ -93,6 +97,7 @@ class TargetApplier:
         `device` is the newest copy the caller has; it may be older than this applier's last answer for it.
         Returns the Device as written. FieldConflict when another manager owns the Intent's field.
         """
+        self.doors.check(device_id_of(device), "applying a target")
         key = key_of(device)
         remembered = self._written.get(key)
         latest = remembered if remembered is not None and not newer(device, remembered) else device

@@ -16,7 +16,7 @@ from corral.api.device import Device, DeviceStatus, InterlockedTarget
 from corral.devices.plan import Plan
 from corral.kube.objects import Kube
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.devices.cache import DeviceCache, key_of_device
+from corral.reconcile.devices.cache import DeviceCache, device_id_of, key_of_device
 from corral.reconcile.devices.failsafes import Failsafes
 from corral.reconcile.devices.holds import TargetHolds
 from corral.reconcile.devices.runtime import DeviceRuntime
@@ -31,6 +31,7 @@ from corral.reconcile.devices.status import (
     sync_verdict,
     to_write,
 )
+from corral.reconcile.doors import OPEN, Doors
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ def now() -> datetime:
 
 
 class StatusWriter:
+    doors: Doors = OPEN  # the controller's, set where it is wired: only the device's owner writes its status
+
     def __init__(self, config: ControllerConfig, kube: Kube, devices: DeviceCache, failsafes: Failsafes,
                  holds: TargetHolds) -> None:
         self.config = config
@@ -100,6 +103,8 @@ class StatusWriter:
             return
         status, why = decided
         namespace, name = key_of_device(device)
+        self.doors.check(device_id_of(device), "writing Device status")
+        await self.doors.label("devices", device.metadata, device_id_of(device))
         log.debug("status write %s/%s (%s)", namespace, name, reason)
         written = await self.kube.apply_status("devices", namespace, name, "Device", serialize(status),
                                                "last-seen" if why == "last-seen" else reason)

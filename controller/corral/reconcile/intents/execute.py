@@ -16,9 +16,9 @@ that has not started, and waits for one in flight.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from corral.obs import tracing
 from corral.obs.crashpoints import EXECUTING_RECORDED, crash_point
 from corral.reconcile.devices.driver import DeviceGone, DeviceRefused, Superseded
 from corral.reconcile.devices.port import DevicePort, DeviceView
+from corral.reconcile.doors import NotOwned
 from corral.reconcile.intents.effects import Effects
 from corral.reconcile.intents.facts import (
     StoredIntent,
@@ -75,9 +76,12 @@ class LaterWrite:
     started: bool = False
 
 
-def new_command_id() -> str:
-    """Unguessable, and short enough for the firmware's dedup memory."""
-    return "i-" + secrets.token_hex(12)
+def new_command_id(intent_uid: str) -> str:
+    """The Intent's command id, the same in every replica and after every restart: a new owner that resends it
+    (its predecessor died between the send and the status) gets the firmware's stored ack (AckCache), so the
+    hardware acts once. From the uid, not the name: a later Intent of the same name is another command. Short
+    enough for the firmware's dedup memory; not guessable without reading the Intent."""
+    return "i-" + hashlib.sha256(intent_uid.encode()).hexdigest()[:24]
 
 
 class Handovers:
@@ -141,6 +145,9 @@ class ExecutionReconciler:
                 await self._execute(intent, item.decision)
             except Unwritable:
                 self.decisions.add_after(item.key, AUDIT_RECHECK_S)  # it waits, and says why
+            except NotOwned as refused:
+                # Its device's shard went to another replica mid-way: that one takes the Intent up (same command id).
+                log.info("Intent %s left to its device's new owner: %s", name_of(intent), refused)
             except Exception:
                 # Decided again from what is on record (Pending, or Executing: then resumed).
                 delay = self.decisions.add_rate_limited(item.key)
@@ -162,7 +169,7 @@ class ExecutionReconciler:
                                "contract changed, before execution; nothing was sent.", {})
             return
         if decision is None:  # resumed after a restart: carried on with its own command id
-            await self._drive(intent, view, value, status.command_id or new_command_id(), None)
+            await self._drive(intent, view, value, status.command_id or new_command_id(uid_of(intent)), None)
             return
         started = await self._start(intent, view, value, decision)
         if started is not None:
@@ -177,7 +184,7 @@ class ExecutionReconciler:
             assert denial.code is not None
             await self._finish(intent, view, denial.code, denial.message, {})
             return None
-        namespace, command_id = namespace_of(intent), new_command_id()
+        namespace, command_id = namespace_of(intent), new_command_id(uid_of(intent))
         # On record first: from here on a restart resumes this execution (with this command id).
         executing = {"phase": "Executing", "message": decision.message[:MESSAGE_LIMIT], "before": dict(view.reported),
                      "approval": ",".join(decision.approvals) or None, "grant": decision.grant,

@@ -34,6 +34,7 @@ from corral.obs import metrics, tracing
 from corral.obs.crashpoints import DECIDED_RECORDED, FINAL_WRITTEN, crash_point
 from corral.reconcile.devices.notices import device_ref
 from corral.reconcile.devices.port import DeviceView
+from corral.reconcile.doors import OPEN, Doors
 from corral.reconcile.intents.facts import (
     StoredIntent,
     created_at,
@@ -64,6 +65,8 @@ def cited(sealed: Sealed) -> dict[str, Any]:
 
 
 class Outcomes:
+    doors: Doors = OPEN  # the controller's, set where it is wired: only the owner of its device writes an Intent
+
     """Writes an Intent's status and Events, and seals its decisions in the audit log."""
 
     def __init__(self, settings: IntentSettings, kube: Kube, recorder: EventRecorder, audit: AuditLog,
@@ -112,6 +115,8 @@ class Outcomes:
                 for c in current.conditions]}
         merged = {**current.model_dump(by_alias=False), **updates, "observed_generation": meta.generation}
         status = IntentStatus.model_validate(merged)
+        self.doors.check_intent(namespace_of(intent), intent.spec.device, "writing Intent status")
+        await self.doors.label("intents", meta, self.doors.device_id(namespace_of(intent), intent.spec.device))
         written = await self.kube.apply_status("intents", namespace_of(intent), meta.name or "", "Intent",
                                                status.model_dump(mode="json", by_alias=True, exclude_none=True), reason)
         change = self.intents.upsert(written)
