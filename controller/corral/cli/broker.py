@@ -3,10 +3,11 @@
 `init-dynsec` is the starting state of a Mosquitto broker that Corral manages.
 
 The chart's bundled Mosquitto runs this in an init container (the Corral image) before the broker starts:
-it writes the dynamic security plugin's state file with one account, the controller's (`corral-controller`,
-its password from a file, `--password-file`, mounted from a Secret: never an argument or a variable), whose
-role sends commands and heartbeats, hears devices and runs the plugin (`files.controller_acls`); everyone
-else is denied by default. The broker keeps no
+it writes the dynamic security plugin's state file with the controller's accounts (`corral-controller`, or one
+per replica with `--controller-username NAME` repeated: each replica connects as its own, since the client id is
+the username), all with one password from a file, `--password-file`, mounted from a Secret (never an argument or
+a variable), and one role that sends commands and heartbeats, hears devices and runs the plugin
+(`files.controller_acls`); everyone else is denied by default. The broker keeps no
 persistence: the controller re-creates every enrolled device's account from the enrollment Secrets each
 time it connects.
 
@@ -44,13 +45,22 @@ def broker() -> None:
 @click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
               help="File holding the controller's broker password alone (mode 0600, or 0640 owned by root as a "
                    f"Secret volume mounts it). Without it: the environment variable {PASSWORD_ENV}.")
-def init_dynsec(path: Path, password_file: Path | None) -> None:
-    """Write the dynamic security plugin's starting state: the controller's account only, deny by default.
+@click.option("--controller-username", "usernames", multiple=True, metavar="NAME",
+              help=f"A controller account to create (repeat it: one per replica, e.g. the StatefulSet's pod names "
+                   f"RELEASE-controller-0 .. -N-1); all share the password and the controller's role. "
+                   f"Default: {files.BROKER_CONTROLLER} alone.")
+def init_dynsec(path: Path, password_file: Path | None, usernames: tuple[str, ...]) -> None:
+    """Write the dynamic security plugin's starting state: the controller's accounts only, deny by default.
 
     The controller's password comes from --password-file (the chart mounts it from a Secret), else from the
     environment variable CORRAL_BROKER_CONTROLLER_PASSWORD. The file is written with mode 0600 (the broker
     reads and rewrites it).
     """
+    controllers = usernames or (files.BROKER_CONTROLLER,)
+    try:
+        files.check_controller_usernames(controllers)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--controller-username") from None
     if password_file is not None:
         try:
             password = read_secret(password_file, "controller's broker password")
@@ -59,11 +69,12 @@ def init_dynsec(path: Path, password_file: Path | None) -> None:
     else:
         password = os.environ.get(PASSWORD_ENV, "")
     if not password:
-        raise click.UsageError(f"give the controller's broker password (the account {files.BROKER_CONTROLLER}) "
+        raise click.UsageError(f"give the controller's broker password (the account {', '.join(controllers)}) "
                                f"in a file, --password-file FILE, or set {PASSWORD_ENV}")
-    state = files.dynsec_config(password, None, (secrets.token_bytes(12),))
+    state = files.dynsec_config(password, None, tuple(secrets.token_bytes(12) for _ in controllers), controllers)
     write_private(path, (json.dumps(state, indent=1) + "\n").encode())
-    click.echo(f"Wrote {path}: account {files.BROKER_CONTROLLER}, deny by default for everyone else.", err=True)
+    which = "account" if len(controllers) == 1 else "accounts"
+    click.echo(f"Wrote {path}: {which} {', '.join(controllers)}, deny by default for everyone else.", err=True)
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -76,15 +87,26 @@ def write_private(path: Path, data: bytes) -> None:
 
 @broker.command("acl-file")
 @click.option("--topic-prefix", default="iot", show_default=True, help="The prefix of the devices' topics.")
-@click.option("--controller-user", default=files.BROKER_CONTROLLER, show_default=True,
-              help="The controller's username on the broker.")
-def acl_file(topic_prefix: str, controller_user: str) -> None:
+@click.option("--controller-user", "controller_users", multiple=True, metavar="NAME",
+              help=f"The controller's username on the broker; repeat it for one account per replica. "
+                   f"Default: {files.BROKER_CONTROLLER}.")
+def acl_file(topic_prefix: str, controller_users: tuple[str, ...]) -> None:
     """Print the device ACLs as a Mosquitto acl_file, for a broker Corral does not manage.
 
     Each device may publish only on its own info, status, ack, telemetry and event topics and subscribe only
-    to its own cmd topic and the controller's heartbeat; the controller may use every topic of the prefix.
+    to its own cmd topic and the controller's heartbeat; each controller account may use every topic of the
+    prefix.
     """
-    click.echo(mosquitto_acl_file(Topics(topic_prefix), controller_user), nl=False)
+    users = controller_users or (files.BROKER_CONTROLLER,)
+    try:
+        files.check_controller_usernames(users)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--controller-user") from None
+    topics = Topics(topic_prefix)
+    text = mosquitto_acl_file(topics, users[0])
+    for user in users[1:]:  # the same rule as the first controller's, for each further replica
+        text += f"\nuser {user}\ntopic readwrite {topics.prefix}/#\n"
+    click.echo(text, nl=False)
 
 
 @broker.command("new-ca")

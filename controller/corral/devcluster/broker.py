@@ -4,7 +4,9 @@ the broker's TLS certificate.
 Used by `corral dev up`, by `corral demo --kubeconfig` (a private broker) and by tests and benchmarks that
 run a broker of their own. The CA and the server certificate are made once per directory and kept; the
 plugin's state is written fresh each time the broker starts (the broker keeps no persistence): the
-controller re-establishes every device's account from the enrollment Secrets when it connects.
+controller re-establishes every device's account from the enrollment Secrets when it connects. The controller
+has four accounts, `corral-controller` and `corral-controller-1` to `-3` (files.LOCAL_CONTROLLER_ACCOUNTS), one
+per replica a test runs, all with the controller's password and role.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def new_passwords() -> dict[str, str]:
 
 
 def password_file(directory: Path, who: str) -> Path:
-    """Where prepare() keeps the password of the account `who` (files.BROKER_CONTROLLER or BROKER_ADMIN), for
+    """Where prepare() keeps the password of the account `who` (one of files.LOCAL_CONTROLLER_ACCOUNTS or BROKER_ADMIN), for
     `--mqtt-password-file`: a process that connects as it reads it there, never from its arguments."""
     return directory / f"{who}.password"
 
@@ -89,10 +91,12 @@ def prepare(directory: Path, port: int, tls_port: int, passwords: dict[str, str]
     tls = certificates(directory)
     tls = files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file)
     dynsec = directory / "dynamic-security.json"
+    controllers = files.LOCAL_CONTROLLER_ACCOUNTS
     state = files.dynsec_config(passwords["controller"], passwords["admin"],
-                                (secrets.token_bytes(12), secrets.token_bytes(12)))
+                                tuple(secrets.token_bytes(12) for _ in range(len(controllers) + 1)), controllers)
     write_private(dynsec, json.dumps(state, indent=1).encode())
-    write_private(password_file(directory, files.BROKER_CONTROLLER), passwords["controller"] + "\n")
+    for name in controllers:  # the replicas' accounts share the controller's password
+        write_private(password_file(directory, name), passwords["controller"] + "\n")
     write_private(password_file(directory, files.BROKER_ADMIN), passwords["admin"] + "\n")
     conf = directory / "mosquitto.conf"
     conf.write_text(files.mosquitto_conf(port, plugin_path(), dynsec, tls, debug_log(directory)))

@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import getpass
 import hashlib
+import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,14 @@ def env_file(kubeconfig_path: Path, mqtt_url: str, mqtt_password_file: Path, kub
 # The broker's own identities. Devices get theirs at enrollment (one per device, managed by the controller).
 BROKER_CONTROLLER = "corral-controller"
 BROKER_ADMIN = "corral-admin"
+# Controller replicas each connect with an account of their own (the client id is the username, so replicas
+# sharing one would knock each other off the broker). The local plane holds these beside `corral-controller`, with
+# its password and role, so a test can run up to four controllers; the chart names one per StatefulSet ordinal
+# (`corral broker init-dynsec --controller-username`).
+LOCAL_CONTROLLER_REPLICAS = tuple(f"{BROKER_CONTROLLER}-{n}" for n in (1, 2, 3))
+LOCAL_CONTROLLER_ACCOUNTS = (BROKER_CONTROLLER, *LOCAL_CONTROLLER_REPLICAS)
+# A broker username that is also a client id and a pod name: a DNS-label-like word, no MQTT wildcard or level.
+CONTROLLER_USERNAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
 DYNSEC_ITERATIONS = 101  # what mosquitto_ctrl uses
 
 
@@ -152,6 +162,21 @@ def dynsec_password(password: str, salt: bytes, iterations: int = DYNSEC_ITERATI
             "iterations": iterations}
 
 
+def check_controller_usernames(names: Sequence[str]) -> None:
+    """Raise ValueError saying what is wrong unless `names` are one or more distinct controller usernames."""
+    if not names:
+        raise ValueError("at least one controller account is needed")
+    for name in names:
+        if not re.fullmatch(CONTROLLER_USERNAME_PATTERN, name):
+            raise ValueError(f"bad controller username {name!r}: 1-253 letters, digits, '.', '_' or '-', starting and "
+                             "ending with a letter or digit (it is also the MQTT client id and, in the chart, the pod name)")
+        if name == BROKER_ADMIN:
+            raise ValueError(f"{BROKER_ADMIN!r} is the local plane's admin account, not a controller's")
+    repeated = sorted({name for name in names if list(names).count(name) > 1})
+    if repeated:
+        raise ValueError(f"controller username given twice: {', '.join(repeated)}")
+
+
 def _everything(topics: list[str]) -> list[dict[str, Any]]:
     return [{"acltype": acltype, "topic": topic, "allow": True}
             for topic in topics
@@ -182,22 +207,30 @@ def controller_acls() -> list[dict[str, Any]]:
             + [{"acltype": "publishClientReceive", "topic": CONTROLLER_HEARS[0], "allow": True}])
 
 
-def dynsec_config(controller_password: str, admin_password: str | None, salts: tuple[bytes, ...]) -> dict[str, Any]:
-    """The plugin's starting state: the controller's account (and, given a password, the admin's) and nothing
-    for anyone else (deny by default). `salts`: one per account, the controller's first.
+def dynsec_config(controller_password: str, admin_password: str | None, salts: tuple[bytes, ...],
+                  controllers: Sequence[str] = (BROKER_CONTROLLER,)) -> dict[str, Any]:
+    """The plugin's starting state: the controllers' accounts (and, given a password, the admin's) and nothing
+    for anyone else (deny by default). `controllers`: the usernames of the controller replicas, each with
+    `controller_password` and the controller's role. `salts`: one per account, the controllers' in order, then
+    the admin's.
 
     The controller may run the plugin (it creates one account and one role per enrolled device), send
     commands and heartbeats and hear devices (controller_acls), under a prefix of up to three levels. The admin
     is the broker's `system:masters`, for people and tests that inspect or play devices; a broker in a
     cluster (the chart's, `corral broker init-dynsec`) has none.
     """
+    check_controller_usernames(controllers)
+    accounts = len(controllers) + (admin_password is not None)
+    if len(salts) < accounts:
+        raise ValueError(f"dynsec_config needs one salt per account: {accounts} accounts, {len(salts)} salts")
     control = ["$CONTROL/dynamic-security/#"]
-    clients = [{"username": BROKER_CONTROLLER, "textName": "Corral controller", "roles": [{"rolename": BROKER_CONTROLLER}],
-                **dynsec_password(controller_password, salts[0])}]
+    # No textdescription: the device-account sync (devices.accounts) deletes only clients it marked as its own.
+    clients = [{"username": name, "textName": "Corral controller", "roles": [{"rolename": BROKER_CONTROLLER}],
+                **dynsec_password(controller_password, salt)} for name, salt in zip(controllers, salts, strict=False)]
     roles = [{"rolename": BROKER_CONTROLLER, "acls": controller_acls()}]
     if admin_password is not None:
         clients.append({"username": BROKER_ADMIN, "textName": "Corral local plane admin",
-                        "roles": [{"rolename": BROKER_ADMIN}], **dynsec_password(admin_password, salts[1])})
+                        "roles": [{"rolename": BROKER_ADMIN}], **dynsec_password(admin_password, salts[len(controllers)])})
         roles.append({"rolename": BROKER_ADMIN, "acls": _everything([*control, "#"])})
     return {
         "defaultACLAccess": {"publishClientSend": False, "publishClientReceive": True, "subscribe": False,

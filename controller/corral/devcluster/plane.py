@@ -99,7 +99,8 @@ class Plane:
         return broker.debug_log(self.state_dir / "broker")
 
     def password_file(self, who: str) -> Path:
-        """The file (mode 0600) holding the broker password of `who` (files.BROKER_CONTROLLER or BROKER_ADMIN)."""
+        """The file (mode 0600) holding the broker password of `who` (one of files.LOCAL_CONTROLLER_ACCOUNTS, each
+        a controller replica's, or BROKER_ADMIN)."""
         return broker.password_file(self.state_dir / "broker", who)
 
     def mqtt_args_as(self, who: str, tls: bool = False) -> list[str]:
@@ -278,13 +279,16 @@ class DevPlane:
         conf = files.mosquitto_conf(_PORT, broker.plugin_path(), self._broker_dir / "dynamic-security.json",
                                     files.BrokerTls(tls_port, tls.ca_file, tls.cert_file, tls.key_file),
                                     broker.debug_log(self._broker_dir))
-        # The controller's role too: a broker started with a wider one is restarted with this one.
-        return config_hash([mosquitto, conf, json.dumps(files.controller_acls())], [tls.ca_file, tls.cert_file])
+        # The controller's role and accounts too: a broker started with a wider role, or without the replicas'
+        # accounts (an older checkout's), is restarted with these; until then running() does not offer it to tests.
+        return config_hash([mosquitto, conf, json.dumps(files.controller_acls()),
+                            json.dumps(files.LOCAL_CONTROLLER_ACCOUNTS)], [tls.ca_file, tls.cert_file])
 
     def _write_password_files(self, state: dict) -> None:
         """The broker accounts' passwords as files (mode 0600) for `--mqtt-password-file`, again on every use:
         a plane started by an older checkout had none."""
-        for who, key in ((files.BROKER_CONTROLLER, "controller"), (files.BROKER_ADMIN, "admin")):
+        accounts = [(who, "controller") for who in files.LOCAL_CONTROLLER_ACCOUNTS] + [(files.BROKER_ADMIN, "admin")]
+        for who, key in accounts:
             path = broker.password_file(self._broker_dir, who)
             password = (state.get("broker") or {}).get(key)
             if password and (not path.exists() or path.read_text().strip() != password):
