@@ -1,0 +1,294 @@
+"""`ShardOwnership`: this replica's share of the shards, held through Leases, and the fence every door checks.
+
+One loop, every retry period: renew this replica's member Lease (`<prefix>-member-<pod>`: how the others count
+live members), LIST the fleet's Leases (label `corral.dev/lease-prefix`), renew the shards held, then take or give
+back shards as `plan` says. `owns()` is the deadline check itself, made at each call on the monotonic clock: a
+loop that stalls, crashes or is cancelled cannot leave a replica acting past its renew deadline.
+
+The callbacks (`set_callbacks`): `acquired(k)` runs as a task of its own once shard k is held (owns() is already
+True); `releasing(k)` is awaited, for at most the renew deadline, before shard k is given back (voluntarily or at
+stop()); `lost(k)` runs as a task, once, when shard k passed its deadline unrenewed or another took it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from corral.kube.client import AsyncApi, path_of
+from corral.scale.election import GROUP, PLURAL, PREFIX_LABEL, VERSION, Clock, LeaseElector, WallClock, record_of
+from corral.scale.hashing import shard_of
+from corral.scale.ownership import ShardCallback
+from corral.scale.plan import LEADER_SHARD, LeaseView, plan
+from corral.scale.settings import ScaleSettings
+
+log = logging.getLogger(__name__)
+
+
+async def _nothing(shard: int) -> None:
+    return None
+
+
+class ShardOwnership:
+    def __init__(self, settings: ScaleSettings, api: AsyncApi, *, clock: Clock = time.monotonic,
+                 wall: WallClock | None = None) -> None:
+        self.settings = settings
+        self.shards = settings.shards
+        self.identity = settings.identity
+        self._api = api
+        self._clock = clock
+        labels = {PREFIX_LABEL: settings.lease_prefix}
+
+        def elector(name: str) -> LeaseElector:
+            return LeaseElector(api, settings.namespace, name, settings.identity, labels=labels, clock=clock,
+                                wall=wall, lease_duration_s=settings.lease_duration_s,
+                                renew_deadline_s=settings.renew_deadline_s)
+
+        self._shard = [elector(settings.shard_lease(k)) for k in range(settings.shards)]
+        self._member = elector(settings.member_lease())
+        self._members: dict[str, tuple[object, float, float]] = {}  # other members: (record, first seen, duration)
+        self._acquired: ShardCallback = _nothing
+        self._releasing: ShardCallback = _nothing
+        self._lost: ShardCallback = _nothing
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._crashed = False
+        self._stopping = False
+        self.live_members = 1
+
+    # ---- the Ownership protocol: cheap, synchronous, checked at every door ----------------------------------
+
+    def owns(self, device_id: str) -> bool:
+        return self._valid(shard_of(device_id, self.shards))
+
+    def epoch(self, device_id: str) -> int | None:
+        elector = self._shard[shard_of(device_id, self.shards)]
+        return elector.epoch if self._valid_elector(elector) else None
+
+    def is_leader(self) -> bool:
+        return self._valid(LEADER_SHARD)
+
+    def owned(self) -> frozenset[int]:
+        return frozenset(k for k in range(self.shards) if self._valid(k))
+
+    def shard_epoch(self, shard: int) -> int | None:
+        elector = self._shard[shard]
+        return elector.epoch if self._valid_elector(elector) else None
+
+    def _valid(self, shard: int) -> bool:
+        return self._valid_elector(self._shard[shard])
+
+    def _valid_elector(self, elector: LeaseElector) -> bool:
+        return not self._crashed and elector.valid()
+
+    def set_callbacks(self, acquired: ShardCallback, releasing: ShardCallback, lost: ShardCallback) -> None:
+        self._acquired, self._releasing, self._lost = acquired, releasing, lost
+
+    # ---- life -----------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """One round (so a replica that can hold shards holds them when this returns), then the loop."""
+        if self._loop_task is not None:
+            raise RuntimeError("ShardOwnership.start() called twice")
+        await self._round()
+        self._loop_task = asyncio.create_task(self._run(), name=f"shard-ownership {self.identity}")
+        self._loop_task.add_done_callback(self._loop_ended)
+
+    async def stop(self) -> None:
+        """Stop the loop, give back every held shard (after `releasing`), then the member Lease. Deletes nothing."""
+        self._stopping = True
+        await self._halt()
+        held = [k for k in range(self.shards) if self._shard[k].holding]
+        await asyncio.gather(*(self._give_back(k) for k in held))
+        with contextlib.suppress(Exception):
+            await self._member.release()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def abandon(self) -> None:
+        """Stop the loop and its timers without releasing anything or calling anyone: what a killed process
+        leaves behind (the failover tests). owns() still turns False at each shard's renew deadline."""
+        await self._halt()
+
+    async def _halt(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            # A bug, not an API error (those are caught per round): act on nothing from now on, say so loudly.
+            self._crashed = True
+            log.error("shard ownership loop of %s crashed; this replica now owns nothing", self.identity,
+                      exc_info=error)
+            for k in range(self.shards):
+                self._lose(k, "the ownership loop crashed")
+
+    async def _run(self) -> None:
+        period = self.settings.retry_period_s
+        next_round = self._clock() + period
+        while True:
+            await asyncio.sleep(max(0.0, next_round - self._clock()))
+            # Rounds start every period; one that overran (a slow API server) is followed at once, not later.
+            next_round = max(next_round + period, self._clock())
+            await self._round()
+
+    # ---- one round ------------------------------------------------------------------------------------------
+
+    async def _round(self) -> None:
+        await self._attempt(self._member, "renew the member Lease")
+        try:
+            listed = await asyncio.wait_for(self._list(), self.settings.renew_deadline_s)
+        except Exception as err:  # noqa: BLE001 - an unreachable API server is a round without a plan, not a crash
+            log.warning("%s could not list the Leases of %r: %s", self.identity, self.settings.lease_prefix, err)
+            listed = None
+        if listed is not None:
+            self._observe(listed)
+        held = [k for k in range(self.shards) if self._shard[k].holding]
+        renewed = await asyncio.gather(*(self._attempt(self._shard[k], f"renew shard {k}", read=listed is None)
+                                         for k in held))
+        for k, ok in zip(held, renewed, strict=True):
+            observed = self._shard[k].observed
+            if ok:
+                self._arm(k)
+            elif observed is not None and observed.holder != self.identity:
+                self._lose(k, f"its Lease is held by {observed.holder or 'nobody'} now")
+        now = self._clock()
+        for k in held:
+            if self._shard[k].holding and now >= self._shard[k].valid_until:
+                self._lose(k, f"no renewal within the renew deadline ({self.settings.renew_deadline_s:g} s)")
+        if listed is None or self._stopping:
+            return
+        views = {k: LeaseView(holder=e.observed.holder or None, expired=not e.lease_valid(now))
+                 for k, e in enumerate(self._shard) if e.observed is not None}
+        mine = frozenset(k for k in range(self.shards) if self._shard[k].valid(now))
+        step = plan(self.shards, self.identity, views, self.live_members, mine)
+        if step.acquire:
+            got = await asyncio.gather(*(self._attempt(self._shard[k], f"acquire shard {k}", read=False)
+                                         for k in step.acquire))
+            for k, ok in zip(step.acquire, got, strict=True):
+                if ok:
+                    self._on_acquired(k)
+        for k in step.release:
+            log.info("giving back shard %d (epoch %s) of %s: %d live members, a share of %d", k,
+                     self._shard[k].epoch, self.identity, self.live_members, len(mine) - len(step.release))
+            await self._give_back(k)
+
+    async def _list(self) -> list[dict[str, Any]]:
+        answer = await self._api.request("GET", path_of(GROUP, VERSION, PLURAL, self.settings.namespace),
+                                         params={"labelSelector": f"{PREFIX_LABEL}={self.settings.lease_prefix}"})
+        return list(answer.get("items") or [])
+
+    def _observe(self, items: list[dict[str, Any]]) -> None:
+        by_name = {str((item.get("metadata") or {}).get("name")): item for item in items}
+        for elector in self._shard:
+            elector.observe(by_name.get(elector.name))
+        own = self._member.name
+        if own in by_name:
+            self._member.observe(by_name[own])
+        member_prefix = f"{self.settings.lease_prefix}-member-"
+        now = self._clock()
+        seen: dict[str, tuple[object, float, float]] = {}
+        for name, item in by_name.items():
+            if not name.startswith(member_prefix) or name == own:
+                continue
+            record = record_of(item)
+            if not record.holder:
+                continue  # released: that member stopped
+            before = self._members.get(name)
+            first_seen = before[1] if before is not None and before[0] == record else now
+            seen[name] = (record, first_seen, float(record.lease_duration_s))
+        self._members = seen
+        # This replica counts itself; another member counts while its record changed within its lease duration.
+        self.live_members = 1 + sum(1 for _, first, duration in seen.values() if now < first + duration)
+
+    async def _attempt(self, elector: LeaseElector, what: str, read: bool = True) -> bool:
+        try:
+            return await elector.try_acquire_or_renew(read=read)
+        except Exception as err:  # noqa: BLE001 - the API server's refusals and timeouts: retried next round
+            log.warning("%s could not %s (Lease %s): %s", self.identity, what, elector.name, err or type(err).__name__)
+            return False
+
+    # ---- acquiring, giving back, losing ---------------------------------------------------------------------
+
+    def _on_acquired(self, k: int) -> None:
+        elector = self._shard[k]
+        log.info("acquired shard %d (Lease %s, epoch %s, transitions %s) as %s", k, elector.name, elector.epoch,
+                 elector.observed.transitions if elector.observed else "?", self.identity)
+        self._arm(k)
+        self._spawn(self._acquired(k), f"acquired shard {k}")
+
+    async def _give_back(self, k: int) -> None:
+        try:
+            await asyncio.wait_for(self._releasing(k), self.settings.renew_deadline_s)
+        except Exception as err:  # noqa: BLE001 - a callback's failure or overrun must not keep the shard held
+            log.warning("releasing callback of shard %d failed or overran (%s); giving it back anyway", k,
+                        err or type(err).__name__)
+        timer = self._timers.pop(k, None)
+        if timer is not None:
+            timer.cancel()
+        elector = self._shard[k]
+        epoch = elector.epoch
+        try:
+            await elector.release()  # stops counting it as held before the request goes out
+        except Exception as err:  # noqa: BLE001 - unreleased, it expires after a lease duration instead
+            elector.drop()
+            log.warning("%s could not release shard %d: %s (it expires in %g s instead)", self.identity, k, err,
+                        self.settings.lease_duration_s)
+            return
+        log.info("released shard %d (epoch %s) as %s", k, epoch, self.identity)
+
+    def _arm(self, k: int) -> None:
+        """A timer at the shard's renew deadline: `lost` is called on time even if the loop is stuck in a request."""
+        timer = self._timers.pop(k, None)
+        if timer is not None:
+            timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = self._shard[k].valid_until - self._clock()
+        self._timers[k] = loop.call_at(loop.time() + max(0.0, delay), self._expire, k)
+
+    def _expire(self, k: int) -> None:
+        self._timers.pop(k, None)
+        elector = self._shard[k]
+        if elector.holding and self._clock() >= elector.valid_until:
+            self._lose(k, f"no renewal within the renew deadline ({self.settings.renew_deadline_s:g} s)")
+        elif elector.holding:
+            self._arm(k)  # renewed meanwhile without re-arming (should not happen): check again at the new deadline
+
+    def _lose(self, k: int, why: str) -> None:
+        elector = self._shard[k]
+        if not elector.holding:
+            return
+        epoch = elector.epoch
+        elector.drop()
+        timer = self._timers.pop(k, None)
+        if timer is not None:
+            timer.cancel()
+        log.warning("lost shard %d (epoch %s) as %s: %s", k, epoch, self.identity, why)
+        self._spawn(self._lost(k), f"lost shard {k}")
+
+    def _spawn(self, call: Awaitable[None], what: str) -> None:
+        async def run() -> None:
+            await call
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"{what} ({self.identity})")
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._callback_done(done, what))
+
+    def _callback_done(self, task: asyncio.Task[None], what: str) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("callback %s failed", what, exc_info=task.exception())
