@@ -32,12 +32,17 @@ CORRAL = str(Path(sys.executable).parent / "corral")
 
 class ControllerProcess:
     def __init__(self, plane: Plane, namespace: str | None, prefix: str, log_path: Path, *extra: str,
-                 mqtt_url: str | None = None) -> None:
-        """namespace None: a controller that watches every namespace. mqtt_url: another broker account than the
-        plane's controller account (the broker takes the username as client id: two controllers on one account
-        take each other's session, and each takeover fires the other's Will)."""
+                 mqtt_url: str | None = None, username: str = BROKER_CONTROLLER,
+                 checkpoint: str = "corral-controller") -> None:
+        """namespace None: a controller that watches every namespace. username: which of the plane's controller
+        accounts it connects as (corral-controller, or corral-controller-1..3 for replicas side by side: the broker
+        takes the username as client id, so two controllers on one account take each other's session, and each
+        takeover fires the other's Will). mqtt_url: an account the plane does not know, password included.
+        checkpoint: the AuditCheckpoint it publishes to (one per replica: each has its own chain)."""
         self.plane = plane
         self.mqtt_url = mqtt_url
+        self.username = username
+        self.checkpoint = checkpoint
         self.namespace = namespace
         self.prefix = prefix
         self.log_path = log_path
@@ -68,7 +73,7 @@ class ControllerProcess:
             *(("--watch-namespace", self.namespace) if self.namespace else ()), "--topic-prefix", self.prefix,
             "--health-port", str(self.health_port), "--command-timeout", "4",
             "--audit-dir", str(self.audit_dir), "--audit-key", str(self.audit_key),
-            *(("--audit-checkpoint", f"{self.namespace}/corral-controller") if self.namespace else ()),
+            *(("--audit-checkpoint", f"{self.namespace}/{self.checkpoint}") if self.namespace else ()),
             "--audit-checkpoint-interval", "5", "--serve-port", str(self.serve_port),
             # Tests fire Intents faster than an agent may (the soak: 10 a second); the rate limit's own test sets it.
             "--rate-limit", "0/60", *self.extra,
@@ -81,7 +86,7 @@ class ControllerProcess:
     def _mqtt_args(self) -> list[str]:
         """The broker account as `corral run` takes it: the username in the URL, the password from a file."""
         if self.mqtt_url is None:
-            return self.plane.mqtt_args_as(BROKER_CONTROLLER)
+            return self.plane.mqtt_args_as(self.username)
         parts = urlsplit(self.mqtt_url)
         if parts.password is None:
             return ["--mqtt", self.mqtt_url]
