@@ -80,3 +80,19 @@ def test_the_cli_imports_of_the_controller_only_what_corral_run_starts_it_with()
              and not (imp.source == CLI_RUN and imp.target in CLI_RUN_MAY_IMPORT)]
     assert not wrong, (f"of reconcile/, the CLI imports only {', '.join(CLI_RUN_MAY_IMPORT)}, and only in cli/run.py "
                        "(`corral run`):\n" + offenders(wrong))
+
+
+# scale/ (issue 31) is read by every door of the controller: it stands on the Kubernetes floor and knows none of the
+# programs built on it; its plan and its hash are pure, so the fleet's arithmetic is unit-tested without a cluster.
+SCALE = "corral.scale"
+SCALE_PURE = ("corral.scale.plan", "corral.scale.hashing")
+
+
+def test_scale_imports_only_the_kubernetes_floor_and_its_pure_parts_no_io() -> None:
+    above = [imp for imp in FOUND if within(imp.source, SCALE)
+             and any(within(imp.target, program) for program in ABOVE_THE_FLOOR)]
+    assert not above, "scale/ must not import the programs that ask it who owns what:\n" + offenders(above)
+    impure = [imp for imp in FOUND if imp.source in SCALE_PURE
+              and (any(within(imp.target, io) for io in IO_MODULES)
+                   or (within(imp.target, "corral") and imp.target not in SCALE_PURE))]
+    assert not impure, "scale/plan.py and scale/hashing.py are pure (no I/O, no other corral module):\n" + offenders(impure)
