@@ -68,3 +68,24 @@ def check(citations: Iterable[Citation], log: RetainedLog) -> Checked:
         else:
             found += 1
     return Checked(found, older, tuple(problems))
+
+
+def check_chains(citations: Iterable[Citation], logs: Sequence[RetainedLog]) -> Checked:
+    """The citations against several chains (one per controller replica, each with its own seq): a citation is
+    borne out when any chain holds its record with its hash. Status does not say which replica decided, but a line
+    hash names one record of one chain. One chain: exactly `check`."""
+    if len(logs) == 1:
+        return check(citations, logs[0])
+    found = older = 0
+    problems: list[str] = []
+    for cited in sorted(citations, key=lambda c: c.seq):
+        if any(log.hash_at(cited.seq) == cited.hash for log in logs):
+            found += 1
+        elif any(cited.seq < log.first_seq for log in logs):
+            older += 1  # may be in a part of a chain deleted by retention: not checkable
+        else:
+            ends = ", ".join(str(log.last_seq) for log in logs)
+            problems.append(f"Intent {cited.intent} cites its decision at seq {cited.seq} (hash {cited.hash[:12]}...), "
+                            f"but no chain holds that record (the chains end at seq {ends}): records the cluster has "
+                            "seen were cut off, or a log was rewritten")
+    return Checked(found, older, tuple(problems))
