@@ -1,7 +1,8 @@
 """The Helm chart: lint, template, install into a real API server, and least privilege proven both ways.
 
-The local plane runs no Pods, so the installed Deployments never start. Instead the test takes the
-controller's arguments from the rendered Deployment and runs `corral` with exactly those, as the
+The local plane runs no Pods, so the installed workloads never start. Instead the test takes the
+controller's arguments from the rendered StatefulSet and runs `corral` with exactly those (its pod's name where
+Kubernetes would expand $(POD_NAME)), as the
 chart's controller ServiceAccount (a token minted for it): the end-to-end Intent flow then shows the
 ClusterRole is sufficient, and refused requests with the same token show it is minimal. The pod's mounted
 files (the audit signing key, the serving certificate) are the installed Secrets' contents, written where
@@ -67,6 +68,10 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "corral"
 RELEASE, SYSTEM, HOME = "corral", "corral-system", "home"
+# The controller's first pod: what $(POD_NAME) in its rendered arguments becomes when this test runs them, and
+# the name of the AuditCheckpoint object that pod publishes to (one per pod: one audit chain per ordinal).
+POD = f"{RELEASE}-controller-0"
+CONTROLLER_CHECKPOINT = f"corral-controller-{POD}"
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +110,18 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
+def workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    """The component's Deployment, or the controller's StatefulSet."""
+    return next(d for d in docs if d["kind"] in ("Deployment", "StatefulSet")
+                and d["metadata"]["name"] == f"{RELEASE}-{component}")
+
+
+def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+
+
 def container_of(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
-    container: dict[str, Any] = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]["containers"][0]
+    container: dict[str, Any] = workload(docs, component)["spec"]["template"]["spec"]["containers"][0]
     return container
 
 
@@ -123,7 +138,7 @@ def options(args: list[str], name: str) -> list[str]:
 
 
 def pod_of(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
-    pod: dict[str, Any] = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]
+    pod: dict[str, Any] = workload(docs, component)["spec"]["template"]["spec"]
     return pod
 
 
@@ -138,7 +153,7 @@ def localized(args: list[str], root: Path, files: dict[str, bytes] | None = None
     """The arguments with the pod's paths (its mounts) under `root`; a mounted file gets `files[path]`, or is
     left empty (enough for the argument parser, which only looks that it exists)."""
     out = []
-    for arg in args:
+    for arg in expanded(args):
         if arg.startswith(POD_PATHS):
             local = root / arg.lstrip("/")
             if arg.startswith("/etc/corral/"):
@@ -147,6 +162,11 @@ def localized(args: list[str], root: Path, files: dict[str, bytes] | None = None
             arg = str(local)
         out.append(arg)
     return out
+
+
+def expanded(args: list[str], pod: str = POD) -> list[str]:
+    """The arguments as Kubernetes hands them to the container: $(POD_NAME) and $(POD_NAMESPACE) expanded."""
+    return [arg.replace("$(POD_NAME)", pod).replace("$(POD_NAMESPACE)", SYSTEM) for arg in args]
 
 
 def test_helm_lint_passes_strictly(helm: Helm) -> None:
@@ -160,14 +180,15 @@ def test_helm_lint_passes_strictly(helm: Helm) -> None:
     ("signing.require=true", "signing.keysSecret=keys"), ("mqtt.username=u", "mqtt.password=p@ss"),
     ("mosquitto.enabled=true", "mosquitto.plainListener=true", "mqtt.manageAccounts=true"),
     ("audit.persistence.enabled=false", "gateway.replicas=3", "audit.gatewayPersistence.enabled=false"),
-    ("audit.existingKeySecret=mine", "audit.serving.existingSecret=tls", "audit.persistence.existingClaim=pvc"),
+    ("audit.existingKeySecret=mine", "audit.serving.existingSecret=tls", "audit.persistence.existingClaim=pvc",
+     "controller.replicas=1"),
     ("console.enabled=true", "notifications.webhooks[0].name=phone", "notifications.webhooks[0].kind=ntfy",
      "notifications.webhooks[0].secretName=ntfy"),
 ])
 def test_every_variant_renders_restricted_workloads(helm: Helm, sets: tuple[str, ...]) -> None:
     docs = render(helm, *sets)
-    deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert deployments
+    deployments = workloads(docs)
+    assert deployments and workload(docs, "controller")["kind"] == "StatefulSet"
     for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
@@ -192,7 +213,7 @@ def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("CORRAL_MQTT_URL", "CORRAL_MQTT_PASSWORD_FILE"):
         monkeypatch.delenv(key, raising=False)  # the rendered arguments alone say everything
-    for deployment in (d for d in render(helm, *sets) if d["kind"] == "Deployment"):
+    for deployment in workloads(render(helm, *sets)):
         pod = deployment["spec"]["template"]["spec"]
         for container in pod["containers"] + pod.get("initContainers", []):
             args = container.get("args") or []
@@ -210,8 +231,88 @@ def test_the_default_install_requires_signed_contracts(helm: Helm) -> None:
     assert done.returncode != 0
     assert "signing.keysSecret is empty" in done.stderr and "signing.require=false" in done.stderr, done.stderr
     signed = render(helm, "signing.require=true", "signing.keysSecret=keys")
-    args = find(signed, "Deployment", f"{RELEASE}-controller")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = container_of(signed, "controller")["args"]
     assert "--require-signatures" in args
+
+
+def test_the_default_install_runs_two_controller_replicas_that_elect_a_leader(helm: Helm) -> None:
+    """A StatefulSet of 2 (Parallel, RollingUpdate) behind a PodDisruptionBudget of maxUnavailable 1, each pod
+    named by the downward API and leading through Leases in the release namespace with client-go's timings."""
+    docs = render(helm)
+    controller = workload(docs, "controller")
+    assert controller["kind"] == "StatefulSet"
+    spec = controller["spec"]
+    assert (spec["replicas"], spec["podManagementPolicy"], spec["updateStrategy"]) == (
+        2, "Parallel", {"type": "RollingUpdate"})
+    assert spec["serviceName"] == f"{RELEASE}-controller-pods"
+    headless = find(docs, "Service", f"{RELEASE}-controller-pods")["spec"]
+    assert headless["clusterIP"] == "None" and headless["selector"] == spec["selector"]["matchLabels"]
+    budget = find(docs, "PodDisruptionBudget", f"{RELEASE}-controller")["spec"]
+    assert budget == {"maxUnavailable": 1, "selector": {"matchLabels": spec["selector"]["matchLabels"]}}
+    container = container_of(docs, "controller")
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]} == {
+        "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    args = container["args"]
+    assert "--leader-elect" in args and "--identity" not in args, "the identity is the pod's name plus a process id"
+    assert {f: flag(args, f) for f in ("--lease-namespace", "--lease-prefix", "--shards", "--lease-duration",
+                                      "--renew-deadline", "--retry-period")} == {
+        "--lease-namespace": SYSTEM, "--lease-prefix": f"{RELEASE}-controller", "--shards": "1",
+        "--lease-duration": "15", "--renew-deadline": "10", "--retry-period": "2"}
+    role = find(docs, "Role", f"{RELEASE}-controller-leader-election")
+    assert role["metadata"]["namespace"] == SYSTEM and role["rules"] == [{
+        "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update"]}]
+    binding = find(docs, "RoleBinding", f"{RELEASE}-controller-leader-election")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-controller", "namespace": SYSTEM}]
+
+
+def test_the_leader_election_values_reach_the_controller(helm: Helm) -> None:
+    docs = render(helm, "controller.replicas=3", "controller.shards=8", "controller.leaderElection.leaseDurationSeconds=6",
+                  "controller.leaderElection.renewDeadlineSeconds=4", "controller.leaderElection.retryPeriodSeconds=1",
+                  "controller.leaderElection.leasePrefix=home-ctl", "controller.podDisruptionBudget.maxUnavailable=2",
+                  "mosquitto.enabled=true")
+    assert workload(docs, "controller")["spec"]["replicas"] == 3
+    args = container_of(docs, "controller")["args"]
+    assert [flag(args, f) for f in ("--lease-prefix", "--shards", "--lease-duration", "--renew-deadline",
+                                    "--retry-period")] == ["home-ctl", "8", "6", "4", "1"]
+    assert find(docs, "PodDisruptionBudget", f"{RELEASE}-controller")["spec"]["maxUnavailable"] == 2
+    pods = [f"{RELEASE}-controller-{i}" for i in range(3)]
+    # Per pod: its broker account, its checkpoint object (and the right to it), its DNS name in the certificate.
+    assert options(pod_of(docs, "mosquitto")["initContainers"][0]["args"], "--controller-username") == pods
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "AuditCheckpoint") == sorted(
+        [f"corral-controller-{pod}" for pod in pods] + ["corral-gateway"])
+    assert find(docs, "Role", f"{RELEASE}-controller-audit-checkpoint")["rules"][0]["resourceNames"] == [
+        f"corral-controller-{pod}" for pod in pods]
+    names = options(init_of(docs), "--server-cert")[0].split("=", 1)[1].split(",")
+    assert {f"{pod}.{RELEASE}-controller-pods.{SYSTEM}.svc" for pod in pods} <= set(names)
+    assert not [d for d in render(helm, "controller.podDisruptionBudget.enabled=false")
+                if d["kind"] == "PodDisruptionBudget"]
+
+
+@pytest.mark.parametrize(("sets", "refusal"), [
+    (("controller.leaderElection.renewDeadlineSeconds=15",), "must be below leaseDurationSeconds"),
+    (("controller.leaderElection.retryPeriodSeconds=9",), "more than 1.2 x retryPeriodSeconds"),
+    (("audit.persistence.existingClaim=mine",), "audit.persistence.existingClaim gives every controller pod ONE"),
+    (("controller.replicas=0",), "values don't meet the specifications of the schema"),
+    (("controller.leaderElection.leasePrefix=Not_A_Name",), "values don't meet the specifications of the schema"),
+])
+def test_leader_election_settings_that_cannot_work_are_refused(helm: Helm, sets: tuple[str, ...], refusal: str) -> None:
+    args = ["template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED]
+    for value in sets:
+        args += ["--set", value]
+    done = helm(*args, check=False)
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr
+
+
+def test_one_replica_may_keep_an_existing_audit_claim(helm: Helm) -> None:
+    docs = render(helm, "controller.replicas=1", "audit.persistence.existingClaim=mine")
+    spec = workload(docs, "controller")["spec"]
+    assert "volumeClaimTemplates" not in spec and "persistentVolumeClaimRetentionPolicy" not in spec
+    assert {v["name"]: v for v in pod_of(docs, "controller")["volumes"]}["audit"] == {
+        "name": "audit", "persistentVolumeClaim": {"claimName": "mine"}}
+    gone = render(helm, "audit.persistence.enabled=false")
+    assert "volumeClaimTemplates" not in workload(gone, "controller")["spec"]
+    assert {v["name"]: v for v in pod_of(gone, "controller")["volumes"]}["audit"] == {"name": "audit", "emptyDir": {}}
 
 
 def test_values_outside_the_schema_are_refused(helm: Helm) -> None:
@@ -264,7 +365,7 @@ def test_each_component_writes_its_own_audit_log_with_its_own_key(helm: Helm, tm
                                             "--audit-checkpoint-interval", "--serve-port", "--serve-cert",
                                             "--serve-key")} == {
         "--audit-dir": "/var/lib/corral/audit", "--audit-key": "/etc/corral/audit-keys/controller.pem",
-        "--audit-checkpoint": f"{SYSTEM}/corral-controller", "--audit-checkpoint-interval": "300",
+        "--audit-checkpoint": f"{SYSTEM}/corral-controller-$(POD_NAME)", "--audit-checkpoint-interval": "300",
         "--serve-port": "8443", "--serve-cert": "/etc/corral/serving/tls.crt", "--serve-key": "/etc/corral/serving/tls.key"}
     assert {f: flag(gateway, f) for f in ("--audit-dir", "--audit-key", "--audit-checkpoint")} == {
         "--audit-dir": "/var/lib/corral/gateway-audit", "--audit-key": "/etc/corral/audit-keys/gateway.pem",
@@ -276,20 +377,30 @@ def test_each_component_writes_its_own_audit_log_with_its_own_key(helm: Helm, tm
     assert options(init, "--ed25519") == [f"{RELEASE}-audit-keys/controller.pem", f"{RELEASE}-audit-keys/gateway.pem"]
     assert [w for w in options(init, "--write") if "audit-keys" in w] == [
         f"{RELEASE}-audit-keys/controller.pem=/etc/corral/audit-keys/controller.pem"]
-    for component, claim in (("controller", f"{RELEASE}-controller-audit"), ("gateway", f"{RELEASE}-gateway-audit")):
-        pod = pod_of(docs, component)
-        volumes = {v["name"]: v for v in pod["volumes"]}
-        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
-        assert volumes["audit"]["persistentVolumeClaim"]["claimName"] == claim
-        assert mounts["audit-key"]["readOnly"] is True
-        assert find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["strategy"] == {"type": "Recreate"}
-        assert find(docs, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # The gateway: one log volume, Recreate (one writer). The controller: one claim per ordinal from the
+    # StatefulSet's template, so each replica writes its own chain and a rollout never starts a new one.
+    gateway_pod = pod_of(docs, "gateway")
+    assert {v["name"]: v for v in gateway_pod["volumes"]}["audit"]["persistentVolumeClaim"]["claimName"] == (
+        f"{RELEASE}-gateway-audit")
+    assert workload(docs, "gateway")["spec"]["strategy"] == {"type": "Recreate"}
+    assert find(docs, "PersistentVolumeClaim", f"{RELEASE}-gateway-audit")["spec"]["accessModes"] == ["ReadWriteOnce"]
+    controller_set = workload(docs, "controller")["spec"]
+    assert "audit" not in {v["name"] for v in pod_of(docs, "controller")["volumes"]}, "the claim template's"
+    (template,) = controller_set["volumeClaimTemplates"]
+    assert template["metadata"]["name"] == "audit" and template["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert template["spec"]["resources"]["requests"] == {"storage": "1Gi"}
+    assert controller_set["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim" and "controller" in d["metadata"]["name"]]
+    for component in ("controller", "gateway"):
+        mounts = {m["name"]: m for m in pod_of(docs, component)["containers"][0]["volumeMounts"]}
+        assert mounts["audit-key"]["readOnly"] is True and mounts["audit"]["mountPath"].startswith("/var/lib/corral/")
     assert {v["name"]: v for v in pod_of(docs, "controller")["volumes"]}["audit-key"]["emptyDir"]["medium"] == "Memory"
     assert {v["name"]: v for v in pod_of(docs, "gateway")["volumes"]}["audit-key"]["secret"] == {
         "secretName": f"{RELEASE}-audit-keys", "defaultMode": 0o440, "items": [{"key": "gateway.pem", "path": "gateway.pem"}]}
-    assert find(docs, "PersistentVolumeClaim", f"{RELEASE}-controller-audit")["spec"]["resources"]["requests"] == {
-        "storage": "1Gi"}
-    for name in ("corral-controller", "corral-gateway"):
+    checkpoints = [f"corral-controller-{RELEASE}-controller-{i}" for i in (0, 1)]
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "AuditCheckpoint") == [*checkpoints,
+                                                                                              "corral-gateway"]
+    for name in (*checkpoints, "corral-gateway"):
         assert "spec" not in find(docs, "AuditCheckpoint", name), "Helm would reset what the component publishes"
     ports = find(docs, "Service", f"{RELEASE}-controller")["spec"]["ports"]
     assert {"name": "audit", "port": 8443, "targetPort": "audit", "protocol": "TCP"} in ports
@@ -303,7 +414,10 @@ def test_the_serving_certificate_is_for_the_service_and_loopback(helm: Helm) -> 
     assert secret == f"{RELEASE}-controller-serving"
     assert set(names.split(",")) == {f"{RELEASE}-controller", f"{RELEASE}-controller.{SYSTEM}",
                                      f"{RELEASE}-controller.{SYSTEM}.svc", f"{RELEASE}-controller.{SYSTEM}.svc.cluster.local",
-                                     "localhost", "127.0.0.1", "::1", "audit.example.org"}
+                                     "localhost", "127.0.0.1", "::1", "audit.example.org",
+                                     # each pod under the headless Service: a reader reaches one replica's chain
+                                     *(f"{RELEASE}-controller-{i}.{RELEASE}-controller-pods.{SYSTEM}.svc{tail}"
+                                       for i in (0, 1) for tail in ("", ".cluster.local"))}
 
 
 def test_audit_volumes_keys_and_certificates_of_your_own(helm: Helm) -> None:
@@ -426,7 +540,8 @@ def test_the_audit_log_is_read_with_the_audit_verb(helm: Helm) -> None:
     cluster = find(docs, "ClusterRole", f"{RELEASE}-controller")["rules"]
     assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in cluster
     assert find(docs, "Role", f"{RELEASE}-controller-audit-checkpoint")["rules"] == [
-        {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "resourceNames": ["corral-controller"],
+        {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"],
+         "resourceNames": [f"corral-controller-{RELEASE}-controller-0", f"corral-controller-{RELEASE}-controller-1"],
          "verbs": ["get", "update"]},
         {"apiGroups": ["corral.dev"], "resources": ["auditcheckpoints"], "verbs": ["create"]}]
 
@@ -461,8 +576,9 @@ def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Install
     """The bundled Mosquitto exactly as rendered: the controller pod's init container makes its certificate and
     the controller's password at run time (into Secrets of the installed plane), its own init container writes
     the dynamic security state from the password file (`corral broker init-dynsec --password-file`), and the
-    local mosquitto runs its mosquitto.conf: an anonymous client is refused, the controller's account is
-    admitted over verified TLS and may run the dynamic security plugin."""
+    local mosquitto runs its mosquitto.conf: an anonymous client is refused, each controller pod's own account
+    (its pod name, one per ordinal: the client id is the username) is admitted over verified TLS and may run the
+    dynamic security plugin, and no account is shared by the replicas."""
     docs = render(installed.helm, "mosquitto.enabled=true", "mosquitto.tls.extraNames={127.0.0.1}")
     config = find(docs, "ConfigMap", f"{RELEASE}-mosquitto")["data"]["mosquitto.conf"]
     assert "allow_anonymous false" in config and "use_username_as_clientid true" in config
@@ -480,7 +596,8 @@ def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Install
     password = secret(f"{RELEASE}-broker-accounts")["controller-password"].decode()
     # The controller's files: its password and the broker's CA, as the init container wrote them.
     args = container_of(docs, "controller")["args"]
-    assert flag(args, "--mqtt") == f"mqtts://{files.BROKER_CONTROLLER}@{RELEASE}-mosquitto:8883"
+    assert flag(args, "--mqtt") == f"mqtts://$(POD_NAME)@{RELEASE}-mosquitto:8883"
+    pods = [f"{RELEASE}-controller-0", f"{RELEASE}-controller-1"]
     assert (pod_files / flag(args, "--mqtt-password-file").lstrip("/")).read_text() == password
     assert (pod_files / flag(args, "--mqtt-ca").lstrip("/")).read_bytes() == tls["ca.crt"]
 
@@ -497,6 +614,7 @@ def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Install
     local += f"\n# Run as root, Mosquitto would switch to a user that cannot read the test's files.\nuser {getpass.getuser()}\n"
     (root / "config" / "mosquitto.conf").write_text(local)
     init_dynsec = pod_of(docs, "mosquitto")["initContainers"][0]["args"]
+    assert options(init_dynsec, "--controller-username") == pods
     subprocess.run([CORRAL, *[a.replace("/mosquitto/", f"{root}/").replace("/etc/corral/", f"{root}/")
                               for a in init_dynsec]], env={k: v for k, v in os.environ.items() if "MQTT" not in k},
                    check=True, capture_output=True)
@@ -509,26 +627,28 @@ def test_the_bundled_broker_admits_only_its_accounts_over_tls(installed: Install
                  f"the rendered broker to listen (log {log})", timeout_s=10)
         context = ssl.create_default_context(cafile=str(root / "certs" / "ca.crt"))
         assert _connack(port, context, None, None) in ("Not authorized", "Bad user name or password")
-        assert _connack(port, context, files.BROKER_CONTROLLER, "wrong") in ("Not authorized",
-                                                                             "Bad user name or password")
-        assert _connack(port, context, files.BROKER_CONTROLLER, password) == "Success"
-        answers = dynsec_at(port, (files.BROKER_CONTROLLER, password), [{"command": "listClients"}], tls=context)
-        assert answers[0]["data"]["clients"] == [files.BROKER_CONTROLLER]
+        refused = ("Not authorized", "Bad user name or password")
+        assert _connack(port, context, pods[0], "wrong") in refused
+        assert _connack(port, context, files.BROKER_CONTROLLER, password) in refused, "no account shared by all"
+        for pod in pods:
+            assert _connack(port, context, pod, password) == "Success", pod
+        answers = dynsec_at(port, (pods[1], password), [{"command": "listClients"}], tls=context)
+        assert sorted(answers[0]["data"]["clients"]) == pods
         # max_packet_size: a contract-sized packet passes, a 300 KiB one is cut off at the broker.
-        assert _acknowledged(port, context, password, 64 * 1024)
-        assert not _acknowledged(port, context, password, 300 * 1024)
+        assert _acknowledged(port, context, pods[0], password, 64 * 1024)
+        assert not _acknowledged(port, context, pods[0], password, 300 * 1024)
     finally:
         proc.kill()
         proc.wait(5)
 
 
-def _acknowledged(port: int, context: ssl.SSLContext, password: str, size: int) -> bool:
+def _acknowledged(port: int, context: ssl.SSLContext, username: str, password: str, size: int) -> bool:
     """Whether the broker acknowledges a QoS 1 publish of `size` bytes from the controller (on a command topic
     it may use). MQTT 3.1.1, so that the client does not hold back what the broker announced it refuses."""
     answered, dropped = threading.Event(), threading.Event()
-    c = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311, client_id=files.BROKER_CONTROLLER)
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311, client_id=username)
     c.tls_set_context(context)
-    c.username_pw_set(files.BROKER_CONTROLLER, password)
+    c.username_pw_set(username, password)
     c.on_publish = lambda *_: answered.set()
     c.on_disconnect = lambda *_: dropped.set()
     c.connect("127.0.0.1", port)
@@ -594,9 +714,12 @@ def installed(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         helm_on_plane("install", RELEASE, str(CHART), "-n", SYSTEM, "--set", "signing.keysSecret=corral-signing-keys",
                       "--set", f"controller.watchNamespaces={{{HOME}}}",
                       "--set", f"controller.deviceNamespace={HOME}", "--set", "policy.intentRetentionSeconds=3",
-                      "--set", "mqtt.topicPrefix=chart")
+                      "--set", "mqtt.topicPrefix=chart",
+                      # One replica: the controller runs here as a process with a token bound to no Pod, which the
+                      # API server's fencing (rendered for several replicas) refuses; it still leads through its Lease.
+                      "--set", "controller.replicas=1")
         manifest = [d for d in yaml.safe_load_all(helm_on_plane("get", "manifest", RELEASE, "-n", SYSTEM).stdout) if d]
-        container = find(manifest, "Deployment", f"{RELEASE}-controller")["spec"]["template"]["spec"]["containers"][0]
+        container = container_of(manifest, "controller")
         token = service_account_token(admin, SYSTEM, f"{RELEASE}-controller")
         kubeconfig = kubeconfig_for(plane, token, state / "controller.kubeconfig", SYSTEM)
         # The controller pod's first step, as its ServiceAccount: make the keys, certificates and passwords.
@@ -617,9 +740,10 @@ def test_helm_install_creates_the_release_with_crds_and_policies(installed: Inst
         "auditcheckpoints.corral.dev"}
     checkpoints = kubernetes.client.CustomObjectsApi(installed.admin).list_namespaced_custom_object(
         GROUP, VERSION, SYSTEM, "auditcheckpoints")["items"]
-    assert {c["metadata"]["name"] for c in checkpoints} == {"corral-controller", "corral-gateway"}
+    assert {c["metadata"]["name"] for c in checkpoints} == {CONTROLLER_CHECKPOINT, "corral-gateway"}
+    # The controller's claims are the StatefulSet's (made with its pods, which this plane does not run).
     claims = kubernetes.client.CoreV1Api(installed.admin).list_namespaced_persistent_volume_claim(SYSTEM).items
-    assert {c.metadata.name for c in claims} == {f"{RELEASE}-controller-audit", f"{RELEASE}-gateway-audit"}
+    assert {c.metadata.name for c in claims} == {f"{RELEASE}-gateway-audit"}
     policies = kubernetes.client.AdmissionregistrationV1Api(installed.admin).list_validating_admission_policy()
     assert policies.items, "the admission policies are part of the release"
 
@@ -712,7 +836,7 @@ def mounted_files(installed: Installed, component: str) -> dict[str, bytes]:
     pod = pod_of(installed.manifest, component)
     volumes = {v["name"]: v for v in pod["volumes"]}
     core = kubernetes.client.CoreV1Api(installed.admin)
-    files = {}
+    files: dict[str, bytes] = {}
     for mount in pod["containers"][0]["volumeMounts"]:
         secret = volumes[mount["name"]].get("secret")
         if (volumes[mount["name"]].get("emptyDir") or {}).get("medium") == "Memory":
@@ -736,7 +860,7 @@ def test_the_controller_runs_end_to_end_with_only_the_chart_rbac(installed: Inst
     args[args.index("--mqtt") + 1] = f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{plane.mqtt_port}"  # the plane's
     mounted = mounted_files(installed, "controller")
     args = localized(args, tmp_path, mounted)
-    env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig),
+    env = {**os.environ, "KUBECONFIG": str(installed.controller_kubeconfig), "POD_NAME": POD, "POD_NAMESPACE": SYSTEM,
            "CORRAL_MQTT_URL": f"mqtt://{files.BROKER_CONTROLLER}@127.0.0.1:{plane.mqtt_port}",
            "CORRAL_MQTT_PASSWORD_FILE": str(plane.password_file(files.BROKER_CONTROLLER))}
     agent_token = _user(installed, "agent", "agent-operator")
@@ -815,10 +939,10 @@ def _read_and_verify_the_audit_log(installed: Installed, server: str, private_ke
     public = CliRunner().invoke(cli, ["audit", "public-key", "-"], input=private_key)
     assert public.exit_code == 0 and "PUBLIC KEY" in public.output, public.output
     (key := tmp_path / "controller.pub.pem").write_text(public.output)
-    wait_for(lambda: _checkpoint(installed.admin, "corral-controller").get("seq"),
+    wait_for(lambda: _checkpoint(installed.admin, CONTROLLER_CHECKPOINT).get("seq"),
              "the controller to publish a checkpoint", timeout_s=15)
     verified = CliRunner().invoke(cli, ["audit", "verify", "--server", server, "--ca-file", str(ca), "--token", auditor,
-                                        "--key", str(key), "--checkpoint-object", f"{SYSTEM}/corral-controller"],
+                                        "--key", str(key), "--checkpoint-object", f"{SYSTEM}/{CONTROLLER_CHECKPOINT}"],
                                   env={"KUBECONFIG": str(installed.plane.kubeconfig)})
     assert verified.exit_code == 0 and "covers seq" in verified.output, verified.output
 
@@ -869,8 +993,9 @@ def test_the_controller_service_account_can_do_nothing_else(
 
 
 @pytest.mark.parametrize(("verb", "name", "allowed"), [
-    ("get", "corral-controller", True), ("update", "corral-controller", True), ("create", None, True),
-    ("update", "corral-gateway", False), ("patch", "corral-controller", False), ("delete", "corral-controller", False),
+    ("get", CONTROLLER_CHECKPOINT, True), ("update", CONTROLLER_CHECKPOINT, True), ("create", None, True),
+    ("update", "corral-gateway", False), ("patch", CONTROLLER_CHECKPOINT, False), ("delete", CONTROLLER_CHECKPOINT, False),
+    ("update", "corral-controller", False), ("update", f"corral-controller-{RELEASE}-controller-1", False),
 ])
 def test_the_controller_may_publish_its_own_checkpoint_only(installed: Installed, verb: str, name: str | None,
                                                             allowed: bool) -> None:
@@ -887,7 +1012,7 @@ def test_the_gateway_service_account_has_its_one_right_and_no_other(installed: I
     checks = [("list", "devices", HOME, None), ("create", "intents", HOME, None), ("get", "capabilities", None, None),
               ("get", "auditcheckpoints", SYSTEM, "corral-gateway"), ("update", "auditcheckpoints", SYSTEM, "corral-gateway"),
               ("patch", "auditcheckpoints", SYSTEM, "corral-gateway"), ("delete", "auditcheckpoints", SYSTEM, "corral-gateway"),
-              ("update", "auditcheckpoints", SYSTEM, "corral-controller"), ("get", "auditcheckpoints", SYSTEM, "corral-controller"),
+              ("update", "auditcheckpoints", SYSTEM, CONTROLLER_CHECKPOINT), ("get", "auditcheckpoints", SYSTEM, CONTROLLER_CHECKPOINT),
               ("create", "auditcheckpoints", SYSTEM, None), ("list", "auditcheckpoints", SYSTEM, None),
               ("watch", "auditcheckpoints", SYSTEM, None), ("audit", "devices", None, None)]
     for verb, resource, namespace, name in checks:
@@ -899,7 +1024,7 @@ def test_the_gateway_service_account_has_its_one_right_and_no_other(installed: I
     # And for real: the controller's checkpoint is out of its reach.
     objects = kubernetes.client.CustomObjectsApi(gateway)
     with pytest.raises(kubernetes.client.ApiException) as refused:
-        objects.get_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", "corral-controller")
+        objects.get_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", CONTROLLER_CHECKPOINT)
     assert refused.value.status == 403
 
 
@@ -934,13 +1059,13 @@ def test_the_gateway_publishes_its_checkpoint_with_its_service_account(installed
 def test_helm_upgrade_keeps_the_keys_the_certificate_and_the_published_checkpoints(installed: Installed) -> None:
     core = kubernetes.client.CoreV1Api(installed.admin)
     objects = kubernetes.client.CustomObjectsApi(installed.admin)
-    for name in ("corral-controller", "corral-gateway"):
+    for name in (CONTROLLER_CHECKPOINT, "corral-gateway"):
         if not _checkpoint(installed.admin, name):  # as a component would have published it
             body = objects.get_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", name)
             body["spec"] = {"number": 1, "seq": 0, "head": "0" * 64, "at": "2026-01-01T00:00:00Z",
-                            "previous": "0" * 64, "key": name.removeprefix("corral-"), "sig": "c2ln"}
+                            "previous": "0" * 64, "key": name.removeprefix("corral-").split("-")[0], "sig": "c2ln"}
             objects.replace_namespaced_custom_object(GROUP, VERSION, SYSTEM, "auditcheckpoints", name, body)
-    before = {name: _checkpoint(installed.admin, name) for name in ("corral-controller", "corral-gateway")}
+    before = {name: _checkpoint(installed.admin, name) for name in (CONTROLLER_CHECKPOINT, "corral-gateway")}
     secrets = {name: core.read_namespaced_secret(name, SYSTEM).data
                for name in (f"{RELEASE}-audit-keys", f"{RELEASE}-controller-serving")}
     apiservices = kubernetes.client.ApiregistrationV1Api(installed.admin)

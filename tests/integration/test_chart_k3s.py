@@ -65,8 +65,14 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 def args_of(docs: list[dict[str, Any]], component: str, init: bool = False) -> list[str]:
-    pod = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]
+    pod = workload(docs, component)["spec"]["template"]["spec"]
     return list(pod["initContainers" if init else "containers"][0]["args"])
+
+
+def workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    """The component's Deployment, or the controller's StatefulSet."""
+    return next(d for d in docs if d and d["kind"] in ("Deployment", "StatefulSet")
+                and d["metadata"]["name"] == f"{RELEASE}-{component}")
 
 
 def options(args: list[str], name: str) -> list[str]:
@@ -78,11 +84,13 @@ def test_the_k3s_values_lint_strictly_and_turn_on_what_the_readme_says(helm: Hel
     assert "0 chart(s) failed" in done.stdout, done.stdout
     docs = render(helm)
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    assert {("Deployment", f"{RELEASE}-{c}") for c in ("controller", "gateway", "mosquitto", "console")} <= kinds
+    assert {("Deployment", f"{RELEASE}-{c}") for c in ("gateway", "mosquitto", "console")} <= kinds
+    assert ("StatefulSet", f"{RELEASE}-controller") in kinds
     assert {("NetworkPolicy", f"{RELEASE}-{c}") for c in ("controller", "gateway", "mosquitto", "console")} <= kinds
     assert "--signing-keys" in args_of(docs, "controller") and "--require-signatures" in args_of(docs, "controller")
     claims = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
-    assert set(claims) == {f"{RELEASE}-controller-audit", f"{RELEASE}-gateway-audit"}
+    assert set(claims) == {f"{RELEASE}-gateway-audit"}, "the controller's are its StatefulSet's, one per ordinal"
+    claims |= {t["metadata"]["name"]: t["spec"] for t in workload(docs, "controller")["spec"]["volumeClaimTemplates"]}
     assert all("storageClassName" not in spec for spec in claims.values()), "the default class: k3s's local-path"
 
 
@@ -131,7 +139,7 @@ def test_an_exposed_broker_or_gateway_without_the_node_address_is_refused(helm: 
 
 
 def labels_of(docs: list[dict[str, Any]], component: str) -> dict[str, str]:
-    labels: dict[str, str] = find(docs, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["metadata"]["labels"]
+    labels: dict[str, str] = workload(docs, component)["spec"]["template"]["metadata"]["labels"]
     return labels
 
 
@@ -229,7 +237,7 @@ def test_uninstall_leaves_what_the_readme_says_and_any_release_installs_again(
     helm("install", "other", str(CHART), "-n", NAMESPACE, *k3s_args())
     other = manifest(helm, "other")
     assert ("Namespace", "corral-people") not in other
-    assert {("PersistentVolumeClaim", "other-corral-controller-audit"), ("Deployment", "other-corral-controller")} <= other.keys()
+    assert {("PersistentVolumeClaim", "other-corral-gateway-audit"), ("StatefulSet", "other-corral-controller")} <= other.keys()
     helm("uninstall", "other", "-n", NAMESPACE)
 
     # The same fullname under another release name: the kept claims are the same record, used as they are.
@@ -237,10 +245,10 @@ def test_uninstall_leaves_what_the_readme_says_and_any_release_installs_again(
     again = manifest(helm, "again")
     assert not {obj for obj in again if obj[0] == "PersistentVolumeClaim"}
     docs = yaml.safe_load_all(helm("get", "manifest", "again", "-n", NAMESPACE).stdout)
-    controller = next(d for d in docs if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "corral-controller")
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in controller["spec"]["template"]["spec"]["volumes"]
+    gateway = next(d for d in docs if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "corral-gateway")
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in gateway["spec"]["template"]["spec"]["volumes"]
               if "persistentVolumeClaim" in v]
-    assert claims == [f"{RELEASE}-controller-audit"]
+    assert claims == [f"{RELEASE}-gateway-audit"]
     helm("uninstall", "again", "-n", NAMESPACE)
 
     # A people namespace made by hand (or by `corral people add`): no release owns it, none takes it.
@@ -251,5 +259,5 @@ def test_uninstall_leaves_what_the_readme_says_and_any_release_installs_again(
 
     # The first name again: Helm takes its kept objects over.
     helm("install", RELEASE, str(CHART), "-n", NAMESPACE, *k3s_args())
-    assert {("Namespace", "corral-people"), ("PersistentVolumeClaim", f"{RELEASE}-controller-audit")} <= manifest(helm, RELEASE).keys()
+    assert {("Namespace", "corral-people"), ("PersistentVolumeClaim", f"{RELEASE}-gateway-audit")} <= manifest(helm, RELEASE).keys()
     assert helm.status(RELEASE, NAMESPACE)["info"]["status"] == "deployed"
