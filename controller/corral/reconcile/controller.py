@@ -78,6 +78,9 @@ GUARDS_LISTED_S = 60
 # How long a replica waits for its first MQTT connection before it competes for shards anyway (a standby should be
 # warm, but a broker that is away must not keep a replica from leading what it can).
 WARM_S = 30
+# How long an acquired shard's devices are waited for (their retained info and status, sent again on subscribing)
+# before its Intents are taken up: long against the broker's redelivery, short against a failover's budget.
+HEARD_S = 3.0
 
 
 class Controller:
@@ -272,6 +275,7 @@ class Controller:
         if shard == 0:
             await self._lead()
         self.mqtt.redeliver()
+        await self._heard(shard)
         for known in {*self.devices.device_ids(), *(rt.device_id for rt in self.fleet.values())}:
             if self.doors.shard(known) == shard:
                 self.queue.add(known)
@@ -284,6 +288,20 @@ class Controller:
                 self.intents.decisions.add(key)
                 resumed += 1
         log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up", shard, resumed)
+
+    async def _heard(self, shard: int) -> None:
+        """Until the shard's enrolled devices were heard again (their retained contract and presence), for at most
+        HEARD_S: a standby dropped their messages, and an Intent decided before would find its device unknown."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HEARD_S
+        while loop.time() < deadline:
+            missing = [d for d in self.devices.device_ids() if self.doors.shard(d) == shard
+                       and ((rt := self.fleet.get(d)) is None or rt.contract is None)]
+            if not missing:
+                return
+            await asyncio.sleep(0.05)
+        log.info("shard %d: %d device(s) not heard within %g s of its acquisition (offline, or no contract yet)",
+                 shard, len(missing), HEARD_S)
 
     async def _releasing(self, shard: int) -> None:
         """A shard is to be handed over: no new work for it, and its executions in flight end first (bounded by
