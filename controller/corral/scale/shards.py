@@ -80,6 +80,12 @@ class ShardOwnership:
         elector = self._shard[shard]
         return elector.epoch if self._valid_elector(elector) else None
 
+    def deadline(self, shard: int) -> float | None:
+        """The monotonic time (time.monotonic()) at which this replica stops owning `shard` unless it renews it
+        first; None when it does not hold it."""
+        elector = self._shard[shard]
+        return elector.valid_until if self._valid_elector(elector) else None
+
     def _valid(self, shard: int) -> bool:
         return self._valid_elector(self._shard[shard])
 
@@ -95,8 +101,9 @@ class ShardOwnership:
         """One round (so a replica that can hold shards holds them when this returns), then the loop."""
         if self._loop_task is not None:
             raise RuntimeError("ShardOwnership.start() called twice")
+        began = self._clock()
         await self._round()
-        self._loop_task = asyncio.create_task(self._run(), name=f"shard-ownership {self.identity}")
+        self._loop_task = asyncio.create_task(self._run(began), name=f"shard-ownership {self.identity}")
         self._loop_task.add_done_callback(self._loop_ended)
 
     async def stop(self) -> None:
@@ -137,18 +144,18 @@ class ShardOwnership:
             for k in range(self.shards):
                 self._lose(k, "the ownership loop crashed")
 
-    async def _run(self) -> None:
+    async def _run(self, began: float) -> None:
         period = self.settings.retry_period_s
-        next_round = self._clock() + period
         while True:
-            await asyncio.sleep(max(0.0, next_round - self._clock()))
-            # Rounds start every period; one that overran (a slow API server) is followed at once, not later.
-            next_round = max(next_round + period, self._clock())
+            # Rounds start every period; one that overran (a slow API server) is followed at once.
+            await asyncio.sleep(max(0.0, period - (self._clock() - began)))
+            began = self._clock()
             await self._round()
 
     # ---- one round ------------------------------------------------------------------------------------------
 
     async def _round(self) -> None:
+        self._lose_overdue()
         await self._attempt(self._member, "renew the member Lease")
         try:
             listed = await asyncio.wait_for(self._list(), self.settings.renew_deadline_s)
@@ -166,10 +173,8 @@ class ShardOwnership:
                 self._arm(k)
             elif observed is not None and observed.holder != self.identity:
                 self._lose(k, f"its Lease is held by {observed.holder or 'nobody'} now")
+        self._lose_overdue()
         now = self._clock()
-        for k in held:
-            if self._shard[k].holding and now >= self._shard[k].valid_until:
-                self._lose(k, f"no renewal within the renew deadline ({self.settings.renew_deadline_s:g} s)")
         if listed is None or self._stopping:
             return
         views = {k: LeaseView(holder=e.observed.holder or None, expired=not e.lease_valid(now))
@@ -186,6 +191,14 @@ class ShardOwnership:
             log.info("giving back shard %d (epoch %s) of %s: %d live members, a share of %d", k,
                      self._shard[k].epoch, self.identity, self.live_members, len(mine) - len(step.release))
             await self._give_back(k)
+
+    def _lose_overdue(self) -> None:
+        """Shards past their deadline are lost before anything else, even if the timer has not fired yet (a loop
+        that stalled past it): a renewal then would carry on as if work had not stopped; it is taken anew instead."""
+        now = self._clock()
+        for k, elector in enumerate(self._shard):
+            if elector.holding and now >= elector.valid_until:
+                self._lose(k, f"no renewal within the renew deadline ({self.settings.renew_deadline_s:g} s)")
 
     async def _list(self) -> list[dict[str, Any]]:
         answer = await self._api.request("GET", path_of(GROUP, VERSION, PLURAL, self.settings.namespace),
