@@ -26,7 +26,6 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +35,6 @@ import kubernetes
 import pytest
 
 from corral.api.codes import FINAL_PHASES, GROUP, VERSION
-from corral.client.enroll import enroll
 from corral.client.intents import submit
 from corral.devcluster.plane import Plane
 from corral.scale.hashing import shard_of
@@ -44,6 +42,7 @@ from tests.controller_harness import ControllerProcess
 from tests.fleet_harness import Watcher, hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
 from tests.harness import grant, service_account_token, wait_for
+from tests.sharding_harness import broker_with_accounts, enroll_many
 
 pytestmark = pytest.mark.integration
 
@@ -69,13 +68,6 @@ class Hold:
 
 def replica_name(i: int) -> str:
     return f"sharding-r{i}"
-
-
-def enroll_many(admin: kubernetes.client.ApiClient, namespace: str, devices: dict[str, str]) -> dict[str, str]:
-    """Enroll the devices as a person would (Device and credential each), a few at a time: id -> password."""
-    with ThreadPoolExecutor(8) as pool:
-        made = pool.map(lambda item: (item[0], enroll(admin, namespace, item[0], item[1]).password), devices.items())
-        return dict(made)
 
 
 def replica_kubeconfig(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, i: int,
@@ -235,86 +227,88 @@ def test_each_device_has_one_driver_and_a_killed_replicas_shards_move_with_inten
     prefix = f"shard-{uuid.uuid4().hex[:6]}"
     names = [f"light-{i:05d}" for i in range(size)]
     credentials = enroll_many(admin, namespace, dict.fromkeys(names, "light"))
-    password = plane.broker_passwords["controller"]
-    replicas = [
-        ControllerProcess(replace(plane, kubeconfig=replica_kubeconfig(plane, admin, namespace, i, tmp_path)),
-                          namespace, prefix, tmp_path / f"{replica_name(i)}.log", *ELECTION,
-                          "--identity", f"{replica_name(i)}_{secrets.token_hex(4)}", "--lease-namespace", namespace,
-                          mqtt_url=f"mqtt://corral-controller-{i + 1}:{password}@127.0.0.1:{plane.mqtt_port}")
-        for i in range(REPLICAS)
-    ]
-    watcher = Watcher(plane, prefix, "sharding")
-    # Every device's accounts are made ahead, in one message to the broker (running_fleet's device_accounts).
-    with running_fleet(plane, prefix, dict.fromkeys(names, "light"), credentials=credentials,
-                       telemetry_interval_s=30.0, connect_spread_s=size / 300) as fleet:
-        try:
-            for replica in replicas:
-                replica.start()
-            live = set(range(REPLICAS))
-            wait_for(lambda: all_in_sync(admin, namespace, size), f"all {size} devices in sync", timeout_s=180 * scale,
-                     interval_s=1.0)
-            holds = stable(admin, namespace, live, timeout_s=60)
-            since_mono, since_wall = time.monotonic(), datetime.now(UTC)
+    # Every device's account is in the broker's state before it starts (tests/sharding_harness.py).
+    with broker_with_accounts(tmp_path / "broker", prefix, credentials) as prebuilt:
+        ours = prebuilt.plane(plane)
+        replicas = [
+            ControllerProcess(replace(ours, kubeconfig=replica_kubeconfig(plane, admin, namespace, i, tmp_path)),
+                              namespace, prefix, tmp_path / f"{replica_name(i)}.log", *ELECTION,
+                              "--identity", f"{replica_name(i)}_{secrets.token_hex(4)}", "--lease-namespace",
+                              namespace, mqtt_url=prebuilt.controller_url(f"corral-controller-{i + 1}"),
+                              checkpoint=f"corral-controller-{replica_name(i)}")
+            for i in range(REPLICAS)
+        ]
+        watcher = Watcher(ours, prefix, "sharding")
+        with running_fleet(ours, prefix, dict.fromkeys(names, "light"), credentials=credentials,
+                           telemetry_interval_s=30.0, connect_spread_s=size / 300) as fleet:
+            try:
+                for replica in replicas:
+                    replica.start()
+                live = set(range(REPLICAS))
+                wait_for(lambda: all_in_sync(admin, namespace, size), f"all {size} devices in sync", timeout_s=180 * scale,
+                         interval_s=1.0)
+                holds = stable(admin, namespace, live, timeout_s=60)
+                since_mono, since_wall = time.monotonic(), datetime.now(UTC)
 
-            # Steady: two lights per shard asked for a brightness; every command carries the holder's epoch.
-            probes = pick(names, set(range(SHARDS)), 2)
-            steady = {f"steady-{d}": d for d in probes}
-            for name, device_id in steady.items():
-                submit(operator, namespace, name, intent_spec(device_id, STEADY_VALUE, requester))
-            codes = wait_for(lambda: finals(admin, namespace, list(steady)), "the steady Intents to end", timeout_s=60)
-            assert set(codes.values()) == {"EXECUTED"}, codes
-            assert read_leases(admin, namespace) == holds, "the shards moved with no replica gone"
-            assert_one_driver(commands_since(watcher, since_mono), holds)
-            written = assert_status_by_holders(plane, namespace, since_wall, holds)
-            assert written >= len(probes), f"only {written} Devices had their status written after their Intents"
+                # Steady: two lights per shard asked for a brightness; every command carries the holder's epoch.
+                probes = pick(names, set(range(SHARDS)), 2)
+                steady = {f"steady-{d}": d for d in probes}
+                for name, device_id in steady.items():
+                    submit(operator, namespace, name, intent_spec(device_id, STEADY_VALUE, requester))
+                codes = wait_for(lambda: finals(admin, namespace, list(steady)), "the steady Intents to end", timeout_s=60)
+                assert set(codes.values()) == {"EXECUTED"}, codes
+                assert read_leases(admin, namespace) == holds, "the shards moved with no replica gone"
+                assert_one_driver(commands_since(watcher, since_mono), holds)
+                written = assert_status_by_holders(plane, namespace, since_wall, holds)
+                assert written >= len(probes), f"only {written} Devices had their status written after their Intents"
 
-            # Kill the leader (shard 0's holder) with Intents in flight on its devices and, beside them, others'.
-            victim = holds[0].replica
-            assert victim is not None
-            moved = {k for k, h in holds.items() if h.replica == victim}
-            kept = {k: h for k, h in holds.items() if h.replica != victim}
-            in_flight = {f"flight-{d}": d for d in pick(names, moved, 3) + pick(names, set(kept), 1)}
-            before_kill = time.monotonic()
-            for name, device_id in in_flight.items():
-                submit(operator, namespace, name, intent_spec(device_id, IN_FLIGHT_VALUE, requester))
-            victims_devices = {d for d in in_flight.values() if shard_of(d, SHARDS) in moved}
-            watcher.wait_for("a command from the victim for an Intent in flight", lambda: any(
-                d in victims_devices and c.get("params", {}).get("value") == IN_FLIGHT_VALUE
-                for d, c in commands_since(watcher, before_kill)), timeout_s=30)
-            replicas[victim].kill()
-            killed = time.monotonic()
-            live.discard(victim)
+                # Kill the leader (shard 0's holder) with Intents in flight on its devices and, beside them, others'.
+                victim = holds[0].replica
+                assert victim is not None
+                moved = {k for k, h in holds.items() if h.replica == victim}
+                kept = {k: h for k, h in holds.items() if h.replica != victim}
+                in_flight = {f"flight-{d}": d for d in pick(names, moved, 3) + pick(names, set(kept), 1)}
+                before_kill = time.monotonic()
+                for name, device_id in in_flight.items():
+                    submit(operator, namespace, name, intent_spec(device_id, IN_FLIGHT_VALUE, requester))
+                victims_devices = {d for d in in_flight.values() if shard_of(d, SHARDS) in moved}
+                watcher.wait_for("a command from the victim for an Intent in flight", lambda: any(
+                    d in victims_devices and c.get("params", {}).get("value") == IN_FLIGHT_VALUE
+                    for d, c in commands_since(watcher, before_kill)), timeout_s=30)
+                replicas[victim].kill()
+                killed = time.monotonic()
+                live.discard(victim)
 
-            def taken_over() -> dict[int, Hold]:
-                now = read_leases(admin, namespace)
-                unmoved = {k: now[k] for k in kept}
-                assert unmoved == kept, f"shards of live replicas moved: {kept} -> {unmoved}"
-                return now if all(now[k].replica in live for k in moved) else {}
+                def taken_over() -> dict[int, Hold]:
+                    now = read_leases(admin, namespace)
+                    unmoved = {k: now[k] for k in kept}
+                    assert unmoved == kept, f"shards of live replicas moved: {kept} -> {unmoved}"
+                    return now if all(now[k].replica in live for k in moved) else {}
 
-            after = wait_for(taken_over, f"shards {sorted(moved)} taken by replicas {sorted(live)}",
-                             timeout_s=LEASE_DURATION_S + 10 + 5, interval_s=0.2)
-            took_s = time.monotonic() - killed
-            assert took_s <= LEASE_DURATION_S + 10, f"the dead replica's shards moved after {took_s:.1f} s"
-            since_mono, since_wall = time.monotonic(), datetime.now(UTC)
+                after = wait_for(taken_over, f"shards {sorted(moved)} taken by replicas {sorted(live)}",
+                                 timeout_s=LEASE_DURATION_S + 10 + 5, interval_s=0.2)
+                took_s = time.monotonic() - killed
+                assert took_s <= LEASE_DURATION_S + 10, f"the dead replica's shards moved after {took_s:.1f} s"
+                since_mono, since_wall = time.monotonic(), datetime.now(UTC)
 
-            codes = wait_for(lambda: finals(admin, namespace, list(in_flight)), "the Intents in flight to end",
-                             timeout_s=60)
-            assert set(codes.values()) == {"EXECUTED"}, codes
-            # Exactly once on the hardware: each light was set to the in-flight value once, under one command id.
-            for name, device_id in in_flight.items():
-                applies = hardware_applies(fleet, device_id).count(("brightness", IN_FLIGHT_VALUE))
-                assert applies == 1, f"{name}: the light {device_id} was set {applies} times"
-                ids = {c.get("id") for d, c in commands_since(watcher, before_kill)
-                       if d == device_id and c.get("params", {}).get("value") == IN_FLIGHT_VALUE}
-                assert len(ids) == 1, f"{name} was sent under several command ids: {ids}"
-            # After the takeover, the new holders alone drive and write their devices.
-            assert read_leases(admin, namespace) == after, "the shards moved again after the takeover"
-            assert_one_driver(commands_since(watcher, since_mono), after)
-            assert_status_by_holders(plane, namespace, since_wall, after)
-            print(f"{size} devices: the dead replica's {len(moved)} shards moved in {took_s:.1f} s; "
-                  f"{len(in_flight)} Intents in flight ended once")
-        finally:
-            watcher.close()
-            for replica in replicas:
-                if replica.proc is not None:
-                    replica.stop()
+                codes = wait_for(lambda: finals(admin, namespace, list(in_flight)), "the Intents in flight to end",
+                                 timeout_s=60)
+                assert set(codes.values()) == {"EXECUTED"}, codes
+                # Exactly once on the hardware: each light was set to the in-flight value once, under one command id.
+                for name, device_id in in_flight.items():
+                    applies = hardware_applies(fleet, device_id).count(("brightness", IN_FLIGHT_VALUE))
+                    assert applies == 1, f"{name}: the light {device_id} was set {applies} times"
+                    ids = {c.get("id") for d, c in commands_since(watcher, before_kill)
+                           if d == device_id and c.get("params", {}).get("value") == IN_FLIGHT_VALUE}
+                    assert len(ids) == 1, f"{name} was sent under several command ids: {ids}"
+                # After the takeover, the new holders alone drive and write their devices.
+                assert read_leases(admin, namespace) == after, "the shards moved again after the takeover"
+                assert_one_driver(commands_since(watcher, since_mono), after)
+                assert_status_by_holders(plane, namespace, since_wall, after)
+                print(f"{size} devices: the dead replica's {len(moved)} shards moved in {took_s:.1f} s; "
+                      f"{len(in_flight)} Intents in flight ended once")
+            finally:
+                watcher.close()
+                for replica in replicas:
+                    if replica.proc is not None:
+                        replica.stop()
