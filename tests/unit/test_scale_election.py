@@ -186,6 +186,8 @@ def test_release_stops_acting_first_then_frees_the_lease_for_one_second() -> Non
     assert seen_valid and not any(seen_valid), "the holder still counted itself valid while releasing"
     record = store.record()
     assert record.holder == "" and record.lease_duration_s == 1 and record.transitions == 0
+    assert not run(a.try_acquire_or_renew(acquire=False)), "a renewal took back a released Lease"
+    assert store.record().holder == ""
     b = elector(store, "pod-1_bbbb", clock)
     assert run(b.try_acquire_or_renew()), "a released Lease is free at once"
     assert store.record().transitions == 1

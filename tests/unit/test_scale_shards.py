@@ -251,3 +251,34 @@ def test_a_member_counts_others_as_live_only_while_their_lease_moves() -> None:
         await a.stop()
 
     asyncio.run(main())
+
+
+def test_a_slow_releasing_does_not_stop_the_renewals_and_the_shard_moves_only_after_it() -> None:
+    async def main() -> None:
+        store = Store()
+        fast = dict(shards=2, lease=1.5, renew=1.0, retry=0.05)
+        a = ShardOwnership(settings(**fast), store)
+        b = ShardOwnership(ScaleSettings(**{**settings(**fast).__dict__, "identity": "corral-1_89abcdef"}), store)
+        deadlines: list[float] = []
+
+        async def releasing(shard: int) -> None:
+            for _ in range(16):  # 0.8 s of in-flight work ending, within the renew deadline
+                await asyncio.sleep(0.05)
+                deadline = a.deadline(0)
+                assert deadline is not None
+                deadlines.append(deadline)
+                assert a.owns(device_in(shard, 2)) and not b.owns(device_in(shard, 2))
+
+        async def nothing(shard: int) -> None:
+            return None
+
+        a.set_callbacks(nothing, releasing, nothing)
+        await a.start()
+        assert a.owned() == frozenset({0, 1})
+        await b.start()
+        await until(lambda: b.owned() == frozenset({1}), "shard 1 to move to b")
+        assert a.owned() == frozenset({0})
+        assert len(deadlines) == 16 and deadlines[-1] - deadlines[0] > 0.5, "shard 0 was not renewed meanwhile"
+        await asyncio.gather(a.stop(), b.stop())
+
+    asyncio.run(main())

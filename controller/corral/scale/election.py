@@ -173,9 +173,10 @@ class LeaseElector:
 
     # ---- tryAcquireOrRenew ----------------------------------------------------------------------------------
 
-    async def try_acquire_or_renew(self, *, read: bool = True) -> bool:
+    async def try_acquire_or_renew(self, *, read: bool = True, acquire: bool = True) -> bool:
         """One attempt; True when this process holds the Lease afterwards (and `valid_until` moved on).
-        `read` False: trust the record last observed (fed from a LIST this round) instead of a GET."""
+        `read` False: trust the record last observed (fed from a LIST this round) instead of a GET.
+        `acquire` False: renew only; a Lease this process no longer holds (released meanwhile) is left alone."""
         sent_at = self._clock()  # before any request: the fence must not outlast what the taker will wait
         now = self._wall()
         # 1. The fast path: the holder updates optimistically, assuming the record it saw last is current.
@@ -195,7 +196,11 @@ class LeaseElector:
                 if err.status != 404:
                     raise
                 self.observe(None)
+        if not acquire and not self.holding:
+            return False
         if self._missing:
+            if not acquire:
+                return False
             created = LeaseRecord(holderIdentity=self.identity, leaseDurationSeconds=self._duration(),
                                   acquireTime=now, renewTime=now, leaseTransitions=0)
             if not await self._create(created):
@@ -213,11 +218,13 @@ class LeaseElector:
             if await self._update(record):
                 return self._held(record, sent_at)
             return False
-        acquire = now
+        if not acquire:
+            return False
+        acquired_at = now
         if old.acquire_time is not None and epoch_ms(now) <= epoch_ms(old.acquire_time):
-            acquire = from_epoch_ms(epoch_ms(old.acquire_time) + 1)  # the token grows even if our clock is behind
+            acquired_at = from_epoch_ms(epoch_ms(old.acquire_time) + 1)  # the token grows even if our clock is behind
         record = LeaseRecord(holderIdentity=self.identity, leaseDurationSeconds=self._duration(),
-                             acquireTime=acquire, renewTime=now, leaseTransitions=old.transitions + 1)
+                             acquireTime=acquired_at, renewTime=now, leaseTransitions=old.transitions + 1)
         if await self._update(record):
             return self._acquired(record, sent_at)
         return False

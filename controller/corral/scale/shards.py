@@ -56,6 +56,7 @@ class ShardOwnership:
         self._lost: ShardCallback = _nothing
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._giving_back: dict[int, asyncio.Task[None]] = {}  # a shard's `releasing` then release, beside the loop
         self._loop_task: asyncio.Task[None] | None = None
         self._crashed = False
         self._stopping = False
@@ -110,8 +111,10 @@ class ShardOwnership:
         """Stop the loop, give back every held shard (after `releasing`), then the member Lease. Deletes nothing."""
         self._stopping = True
         await self._halt()
-        held = [k for k in range(self.shards) if self._shard[k].holding]
-        await asyncio.gather(*(self._give_back(k) for k in held))
+        for k in range(self.shards):
+            if self._shard[k].holding and k not in self._giving_back:
+                self._start_giving_back(k)
+        await asyncio.gather(*self._giving_back.values(), return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._member.release()
         for task in list(self._tasks):
@@ -122,6 +125,9 @@ class ShardOwnership:
         """Stop the loop and its timers without releasing anything or calling anyone: what a killed process
         leaves behind (the failover tests). owns() still turns False at each shard's renew deadline."""
         await self._halt()
+        for task in [*self._giving_back.values(), *self._tasks]:
+            task.cancel()
+        await asyncio.gather(*self._giving_back.values(), *self._tasks, return_exceptions=True)
 
     async def _halt(self) -> None:
         if self._loop_task is not None:
@@ -165,13 +171,13 @@ class ShardOwnership:
         if listed is not None:
             self._observe(listed)
         held = [k for k in range(self.shards) if self._shard[k].holding]
-        renewed = await asyncio.gather(*(self._attempt(self._shard[k], f"renew shard {k}", read=listed is None)
-                                         for k in held))
+        renewed = await asyncio.gather(*(self._attempt(self._shard[k], f"renew shard {k}", read=listed is None,
+                                                       acquire=False) for k in held))
         for k, ok in zip(held, renewed, strict=True):
             observed = self._shard[k].observed
             if ok:
                 self._arm(k)
-            elif observed is not None and observed.holder != self.identity:
+            elif self._shard[k].holding and observed is not None and observed.holder != self.identity:
                 self._lose(k, f"its Lease is held by {observed.holder or 'nobody'} now")
         self._lose_overdue()
         now = self._clock()
@@ -188,9 +194,11 @@ class ShardOwnership:
                 if ok:
                     self._on_acquired(k)
         for k in step.release:
+            if k in self._giving_back:
+                continue
             log.info("giving back shard %d (epoch %s) of %s: %d live members, a share of %d", k,
                      self._shard[k].epoch, self.identity, self.live_members, len(mine) - len(step.release))
-            await self._give_back(k)
+            self._start_giving_back(k)
 
     def _lose_overdue(self) -> None:
         """Shards past their deadline are lost before anything else, even if the timer has not fired yet (a loop
@@ -228,9 +236,9 @@ class ShardOwnership:
         # This replica counts itself; another member counts while its record changed within its lease duration.
         self.live_members = 1 + sum(1 for _, first, duration in seen.values() if now < first + duration)
 
-    async def _attempt(self, elector: LeaseElector, what: str, read: bool = True) -> bool:
+    async def _attempt(self, elector: LeaseElector, what: str, read: bool = True, acquire: bool = True) -> bool:
         try:
-            return await elector.try_acquire_or_renew(read=read)
+            return await elector.try_acquire_or_renew(read=read, acquire=acquire)
         except Exception as err:  # noqa: BLE001 - the API server's refusals and timeouts: retried next round
             log.warning("%s could not %s (Lease %s): %s", self.identity, what, elector.name, err or type(err).__name__)
             return False
@@ -243,6 +251,19 @@ class ShardOwnership:
                  elector.observed.transitions if elector.observed else "?", self.identity)
         self._arm(k)
         self._spawn(self._acquired(k), f"acquired shard {k}")
+
+    def _start_giving_back(self, k: int) -> None:
+        """`releasing` may take up to the renew deadline (in-flight Intents ending): the loop goes on renewing every
+        shard meanwhile, this one included, since its work runs until the release."""
+        task = asyncio.get_running_loop().create_task(self._give_back(k), name=f"give back shard {k}")
+        self._giving_back[k] = task
+        task.add_done_callback(lambda done: self._given_back(k, done))
+
+    def _given_back(self, k: int, task: asyncio.Task[None]) -> None:
+        if self._giving_back.get(k) is task:
+            del self._giving_back[k]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("giving back shard %d failed", k, exc_info=task.exception())
 
     async def _give_back(self, k: int) -> None:
         try:
