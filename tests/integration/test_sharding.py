@@ -245,8 +245,14 @@ def test_each_device_has_one_driver_and_a_killed_replicas_shards_move_with_inten
                 for replica in replicas:
                     replica.start()
                 live = set(range(REPLICAS))
-                wait_for(lambda: all_in_sync(admin, namespace, size), f"all {size} devices in sync", timeout_s=180 * scale,
-                         interval_s=1.0)
+                try:
+                    wait_for(lambda: all_in_sync(admin, namespace, size), f"all {size} devices in sync",
+                             timeout_s=180 * scale, interval_s=1.0)
+                except AssertionError as err:
+                    # Shards that keep changing hands never let the devices settle: say so, from the Leases.
+                    transitions = sum(h.transitions for h in read_leases(admin, namespace).values())
+                    raise AssertionError(f"{err}; the {SHARDS} shard Leases changed hands {transitions} times "
+                                         f"(replica logs: {tmp_path})") from None
                 holds = stable(admin, namespace, live, timeout_s=60)
                 since_mono, since_wall = time.monotonic(), datetime.now(UTC)
 
