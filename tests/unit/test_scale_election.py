@@ -22,6 +22,7 @@ from corral.scale.election import (
     epoch_ms,
     format_microtime,
     parse_microtime,
+    prefix_label,
 )
 
 
@@ -228,3 +229,11 @@ def test_a_naive_datetime_is_refused_on_the_wire() -> None:
 def test_a_lease_spec_with_nulls_reads_as_nobody_holding() -> None:
     record = LeaseRecord.model_validate({"holderIdentity": None, "leaseDurationSeconds": 1})
     assert record.holder == "" and record.acquire_time is None and record.transitions == 0
+
+
+def test_the_prefix_label_is_the_prefix_or_a_digest_when_it_cannot_be_a_label_value() -> None:
+    assert prefix_label("corral-controller") == "corral-controller"
+    long = "a-release-name-that-is-rather-long-for-a-label-value-in-kubernetes-controller"
+    value = prefix_label(long)
+    assert value.startswith("sha256-") and len(value) <= 63 and value == prefix_label(long)
+    assert prefix_label("ends-with-dash-") != "ends-with-dash-"

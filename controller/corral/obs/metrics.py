@@ -42,6 +42,8 @@ EVENTS_SKIPPED = Counter("corral_events_skipped_total",
                          "Events not posted: their object had too many lately (the kubelet's spam filter).")
 MQTT_RECONNECTS = Counter("corral_mqtt_reconnects_total", "Times the controller's MQTT link came back after a loss.")
 TOOL_CALLS = Counter("corral_mcp_tool_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"])
+SHARDS_HELD = Gauge("corral_shards_held", "Shards this controller replica holds (within its renew deadline).")
+SHARD_CHANGES = Counter("corral_shard_changes_total", "Shards this replica acquired, released or lost.", ["change"])
 MCP_SESSIONS = Gauge("corral_mcp_sessions", "Handshake-era MCP HTTP sessions open at the gateway.")
 MCP_CALLER_LIMITED = Counter("corral_mcp_caller_limited_total",
                              "Requests refused (429) because their caller was at a per-caller limit.", ["limit"])

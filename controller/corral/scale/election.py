@@ -23,7 +23,9 @@ Where this differs, and why:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -40,9 +42,19 @@ GROUP, VERSION, PLURAL = "coordination.k8s.io", "v1", "leases"
 MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime on the wire (RFC 3339, microseconds, UTC)
 PREFIX_LABEL = "corral.dev/lease-prefix"  # on every Lease Corral creates, so one LIST finds a fleet's Leases
 
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
 T = TypeVar("T")
 Clock = Callable[[], float]
 WallClock = Callable[[], datetime]
+
+
+def prefix_label(prefix: str) -> str:
+    """The value of the prefix label: the prefix itself when it is a valid label value (at most 63 characters),
+    else a digest of it (a long release name makes a long prefix; the Lease names may be 253 long, labels not)."""
+    if _LABEL_VALUE.match(prefix):
+        return prefix
+    return "sha256-" + hashlib.sha256(prefix.encode()).hexdigest()[:48]
 
 
 def parse_microtime(value: str) -> datetime:

@@ -20,7 +20,18 @@ from collections.abc import Awaitable
 from typing import Any
 
 from corral.kube.client import AsyncApi, path_of
-from corral.scale.election import GROUP, PLURAL, PREFIX_LABEL, VERSION, Clock, LeaseElector, WallClock, record_of
+from corral.obs import metrics
+from corral.scale.election import (
+    GROUP,
+    PLURAL,
+    PREFIX_LABEL,
+    VERSION,
+    Clock,
+    LeaseElector,
+    WallClock,
+    prefix_label,
+    record_of,
+)
 from corral.scale.hashing import shard_of
 from corral.scale.ownership import ShardCallback
 from corral.scale.plan import LEADER_SHARD, LeaseView, plan
@@ -41,7 +52,8 @@ class ShardOwnership:
         self.identity = settings.identity
         self._api = api
         self._clock = clock
-        labels = {PREFIX_LABEL: settings.lease_prefix}
+        self._selector = f"{PREFIX_LABEL}={prefix_label(settings.lease_prefix)}"
+        labels = {PREFIX_LABEL: prefix_label(settings.lease_prefix)}
 
         def elector(name: str) -> LeaseElector:
             return LeaseElector(api, settings.namespace, name, settings.identity, labels=labels, clock=clock,
@@ -115,6 +127,7 @@ class ShardOwnership:
             if self._shard[k].holding and k not in self._giving_back:
                 self._start_giving_back(k)
         await asyncio.gather(*self._giving_back.values(), return_exceptions=True)
+        metrics.SHARDS_HELD.set(0)
         with contextlib.suppress(Exception):
             await self._member.release()
         for task in list(self._tasks):
@@ -181,6 +194,7 @@ class ShardOwnership:
                 self._lose(k, f"its Lease is held by {observed.holder or 'nobody'} now")
         self._lose_overdue()
         now = self._clock()
+        metrics.SHARDS_HELD.set(sum(1 for e in self._shard if e.valid(now)))  # as of this round; owns() is exact
         if listed is None or self._stopping:
             return
         views = {k: LeaseView(holder=e.observed.holder or None, expired=not e.lease_valid(now))
@@ -193,6 +207,7 @@ class ShardOwnership:
             for k, ok in zip(step.acquire, got, strict=True):
                 if ok:
                     self._on_acquired(k)
+            metrics.SHARDS_HELD.set(len(self.owned()))
         for k in step.release:
             if k in self._giving_back:
                 continue
@@ -210,7 +225,7 @@ class ShardOwnership:
 
     async def _list(self) -> list[dict[str, Any]]:
         answer = await self._api.request("GET", path_of(GROUP, VERSION, PLURAL, self.settings.namespace),
-                                         params={"labelSelector": f"{PREFIX_LABEL}={self.settings.lease_prefix}"})
+                                         params={"labelSelector": self._selector})
         return list(answer.get("items") or [])
 
     def _observe(self, items: list[dict[str, Any]]) -> None:
@@ -250,6 +265,7 @@ class ShardOwnership:
         log.info("acquired shard %d (Lease %s, epoch %s, transitions %s) as %s", k, elector.name, elector.epoch,
                  elector.observed.transitions if elector.observed else "?", self.identity)
         self._arm(k)
+        metrics.SHARD_CHANGES.labels("acquired").inc()
         self._spawn(self._acquired(k), f"acquired shard {k}")
 
     def _start_giving_back(self, k: int) -> None:
@@ -283,6 +299,7 @@ class ShardOwnership:
             log.warning("%s could not release shard %d: %s (it expires in %g s instead)", self.identity, k, err,
                         self.settings.lease_duration_s)
             return
+        metrics.SHARD_CHANGES.labels("released").inc()
         log.info("released shard %d (epoch %s) as %s", k, epoch, self.identity)
 
     def _arm(self, k: int) -> None:
@@ -311,6 +328,7 @@ class ShardOwnership:
         timer = self._timers.pop(k, None)
         if timer is not None:
             timer.cancel()
+        metrics.SHARD_CHANGES.labels("lost").inc()
         log.warning("lost shard %d (epoch %s) as %s: %s", k, epoch, self.identity, why)
         self._spawn(self._lost(k), f"lost shard {k}")
 
