@@ -93,10 +93,10 @@ def test_doors_refuse_devices_of_shards_not_held_and_an_intent_follows_its_devic
 def test_a_draining_shard_takes_no_new_work_while_its_doors_stay_open() -> None:
     doors = Doors(Holding({0, 1}))
     device = device_in(1)
-    doors.draining.add(1)
+    doors.waiting.add(1)
     assert not doors.takes(device)
     doors.check(device, "writing Device status")  # work in flight may still finish
-    doors.draining.add(0)
+    doors.waiting.add(0)
     assert not doors.takes(None), "a draining leader takes no new leader's work either"
 
 

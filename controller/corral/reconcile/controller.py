@@ -61,7 +61,8 @@ from corral.reconcile.doors import Doors, NotOwned
 from corral.reconcile.guards.interlocks import Interlocks
 from corral.reconcile.guards.leases import Leases
 from corral.reconcile.guards.pauses import AgentPauses
-from corral.reconcile.intents.facts import status_of
+from corral.reconcile.intents.execute import new_command_id
+from corral.reconcile.intents.facts import name_of, status_of, uid_of, value_of
 from corral.reconcile.intents.settings import IntentSettings
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
@@ -113,8 +114,8 @@ class Controller:
         self.access = AccessReviews(kube)
         self.applier = TargetApplier(kube)
         self.applier.doors = self.doors
-        port = FleetPort(self.fleet, self.devices, self.mqtt.driver, self.applier, self.queue, notices, listening,
-                         trust)
+        self.port = port = FleetPort(self.fleet, self.devices, self.mqtt.driver, self.applier, self.queue, notices,
+                                     listening, trust)
         namespaces = config.watch_namespaces
         # Cross-device rules: judged when Intents are decided and executed, and before any target is driven.
         self.interlocks = Interlocks(kube, self.devices, namespaces)
@@ -249,6 +250,15 @@ class Controller:
             return await self.intents.reconciler.reconcile(key)
         except NotOwned:
             return Result.done()
+        finally:
+            self._unpin_ended(key, device_id)
+
+    def _unpin_ended(self, key: Key, device_id: str | None) -> None:
+        """An ended Intent holds no pin (one pinned at a takeover and then decided otherwise)."""
+        intent = self.intents.intents.get(key)
+        if self.doors.sharded and intent is not None and device_id is not None \
+                and status_of(intent).phase in FINAL_PHASES:
+            self.port.release_command(device_id, status_of(intent).command_id or new_command_id(uid_of(intent)))
 
     async def _execute_intents(self, device_key: Key) -> Result:
         device_id = self.doors.device_id(*device_key)
@@ -271,11 +281,15 @@ class Controller:
     async def _acquired(self, shard: int) -> None:
         """A shard is ours now: learn its devices as they are (retained info and status again), reconcile each,
         and take up its unfinished Intents (an Executing one resumes with its command id)."""
-        self.doors.draining.discard(shard)
+        # Until its devices are heard again, a Device event would find no runtime and write the device off as
+        # waiting: its new work waits too (the gates), and everything is queued once they were heard.
+        self.doors.waiting.add(shard)
         if shard == 0:
             await self._lead()
         self.mqtt.redeliver()
         await self._heard(shard)
+        pinned = self._pin_inherited(shard)
+        self.doors.waiting.discard(shard)
         for known in {*self.devices.device_ids(), *(rt.device_id for rt in self.fleet.values())}:
             if self.doors.shard(known) == shard:
                 self.queue.add(known)
@@ -287,7 +301,29 @@ class Controller:
             if (self.doors.shard(device_id) if device_id else 0) == shard:
                 self.intents.decisions.add(key)
                 resumed += 1
-        log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up", shard, resumed)
+        log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up (%d with their command "
+                 "pinned)", shard, resumed, pinned)
+
+    def _pin_inherited(self, shard: int) -> int:
+        """As `IntentController.prime` at a restart, for a shard taken over: an unfinished Intent whose value the
+        previous owner already put in its Device's target may have had its command sent too. Its command is pinned
+        with the Intent's own id before the devices are reconciled, so the device reconciler does not drive that
+        target with an id of its own (the hardware would act twice); the Intent, taken up, sends that id, which the
+        firmware answers from its memory if it ran already. A pin the Intent never uses is released when it ends."""
+        pinned = 0
+        for key, intent in self.intents.intents.items():
+            status, value = status_of(intent), value_of(intent)
+            device_id = self.doors.device_id(key[0], intent.spec.device)
+            if status.phase in FINAL_PHASES or value is None or device_id is None or intent.spec.dry_run \
+                    or self.doors.shard(device_id) != shard:
+                continue
+            body = self.devices.get((key[0], intent.spec.device)) or {}
+            if ((body.get("spec") or {}).get("target") or {}).get(intent.spec.actuator) != value:
+                continue
+            self.port.pin(device_id, intent.spec.actuator, value, status.command_id or new_command_id(uid_of(intent)),
+                          name_of(intent), None)
+            pinned += 1
+        return pinned
 
     async def _heard(self, shard: int) -> None:
         """Until the shard's enrolled devices were heard again (their retained contract and presence), for at most
@@ -306,7 +342,7 @@ class Controller:
     async def _releasing(self, shard: int) -> None:
         """A shard is to be handed over: no new work for it, and its executions in flight end first (bounded by
         the command timeout; one still running then is resumed by the next owner with its command id)."""
-        self.doors.draining.add(shard)
+        self.doors.waiting.add(shard)
         if shard == 0:
             await self._follow()
         deadline = asyncio.get_running_loop().time() + self.config.command_timeout_s

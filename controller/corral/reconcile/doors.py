@@ -33,9 +33,9 @@ class Doors:
         self.ownership: Ownership = ownership if ownership is not None else Standalone()
         self.devices = devices
         self.labels = labels  # the API server's fence selects objects by their shard label (shards > 1)
-        # Shards being handed over: no new work is taken for them (the gates), while work in flight may still
-        # pass the doors until the release.
-        self.draining: set[int] = set()
+        # Shards whose new work waits (the gates refuse it) while their doors stay open: one being handed over (its
+        # work in flight may still finish), or one just acquired whose devices are not heard again yet.
+        self.waiting: set[int] = set()
 
     @property
     def sharded(self) -> bool:
@@ -60,8 +60,8 @@ class Doors:
         if not self.sharded:
             return True
         if not device_id:
-            return self.is_leader() and 0 not in self.draining
-        return self.owns(device_id) and self.shard(device_id) not in self.draining
+            return self.is_leader() and 0 not in self.waiting
+        return self.owns(device_id) and self.shard(device_id) not in self.waiting
 
     def takes_intent(self, namespace: str, device: str) -> bool:
         return self.takes(self.device_id(namespace, device)) if self.sharded else True
