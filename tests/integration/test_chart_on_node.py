@@ -500,10 +500,25 @@ def _controller_status(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def _requester(install: Install) -> tuple[Any, str]:
-    """An API client as the node's admin, and its username (an Intent's requester must be its creator)."""
-    api = kubernetes.config.new_client_from_config(config_file=str(install.node.kubeconfig))
-    who = install.kubectl_json("auth", "whoami")["status"]["userInfo"]["username"]
-    return api, str(who)
+    """An API client as an agent of its own (ServiceAccount failover-agent, bound to corral-agent-operator as the
+    README binds its agent), and its username: an Intent's requester must be its creator, and the controller asks
+    the API server whether that user may write the device."""
+    name = "failover-agent"
+    if kubectl(install.node, "get", "serviceaccount", name, "-n", NAMESPACE, check=False).returncode != 0:
+        install.run("kubectl", "create", "serviceaccount", name, "-n", NAMESPACE)
+        install.run("kubectl", "create", "rolebinding", name, "--clusterrole", "corral-agent-operator",
+                    "--serviceaccount", f"{NAMESPACE}:{name}", "-n", NAMESPACE)
+    user = f"system:serviceaccount:{NAMESPACE}:{name}"
+    wait_for(lambda: kubectl(install.node, "auth", "can-i", "write", "devices.corral.dev/desk-light", "--as", user,
+                             "-n", NAMESPACE, check=False).stdout.strip() == "yes",
+             f"{user} may write the desk light (its RoleBinding in effect)", timeout_s=30, interval_s=0.5)
+    token = install.run("kubectl", "create", "token", name, "-n", NAMESPACE, "--duration", "1h").stdout.strip()
+    config = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(install.node.kubeconfig), client_configuration=config)
+    config.cert_file = config.key_file = None  # the token alone says who this is, not the admin's certificate
+    config.api_key = {"authorization": f"Bearer {token}"}
+    config.api_key_prefix = {}
+    return kubernetes.client.ApiClient(config), user
 
 
 class IntentStream:
