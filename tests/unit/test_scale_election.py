@@ -48,7 +48,8 @@ class Store:
                 raise ApiError(409, "already exists")
             return self._write(body)
         if method == "PUT":
-            assert self.lease is not None
+            if self.lease is None:
+                raise ApiError(404, "not found")
             if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
                 raise ApiError(409, "the object has been modified")
             return self._write(body)
@@ -237,3 +238,15 @@ def test_the_prefix_label_is_the_prefix_or_a_digest_when_it_cannot_be_a_label_va
     value = prefix_label(long)
     assert value.startswith("sha256-") and len(value) <= 63 and value == prefix_label(long)
     assert prefix_label("ends-with-dash-") != "ends-with-dash-"
+
+
+def test_a_lease_deleted_under_its_holder_is_created_again_by_the_renewal() -> None:
+    store, clock = Store(), Clock()
+    a = elector(store, "pod-0_aaaa", clock)
+    run(a.try_acquire_or_renew())
+    store.lease = None  # someone deleted it
+    store.requests.clear()
+    clock.now = 1002.0
+    assert run(a.try_acquire_or_renew(read=False))
+    assert store.requests == ["PUT", "GET", "POST"]
+    assert store.record().holder == "pod-0_aaaa" and a.valid_until == 1012.0

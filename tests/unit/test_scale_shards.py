@@ -52,6 +52,8 @@ class Store:
                 raise ApiError(409, "already exists")
             return self._write(name, body)
         if method == "PUT":
+            if name not in self.leases:
+                raise ApiError(404, "not found")
             if body["metadata"].get("resourceVersion") != self.leases[name]["metadata"]["resourceVersion"]:
                 raise ApiError(409, "the object has been modified")
             return self._write(name, body)
@@ -127,7 +129,10 @@ def test_a_crashed_loop_owns_nothing_at_once_and_calls_lost_once_per_shard() -> 
         await own.start()
         assert own.owned() == frozenset({0, 1})
         # A Lease the API server would never return: the next round's reading of it fails, a bug's stand-in.
-        store.leases["corral-shard-0"]["spec"]["leaseTransitions"] = -1
+        store.leases["corral-member-corral-9"] = {
+            "metadata": {"name": "corral-member-corral-9", "labels": {"corral.dev/lease-prefix": "corral"},
+                         "resourceVersion": "1"},
+            "spec": {"holderIdentity": "corral-9_ffffffff", "leaseTransitions": -1}}
         await until(lambda: sum(1 for what, _ in calls if what == "lost") == 2, "lost for both shards")
         assert own.owned() == frozenset() and not own.owns(device_in(1, 2)), "owns() after a crash"
         assert clock.now < 510.0  # well within the deadline: it is the crash that closed the fence
@@ -153,8 +158,8 @@ def test_lost_comes_once_at_the_deadline_when_renewals_fail() -> None:
         await asyncio.sleep(0.3)
         assert calls.count(("lost", 0)) == 1
         store.failing = False
-        await until(lambda: own.owns("anything"), "the shard taken back once the API server answers")
-        assert calls.count(("acquired", 0)) == 2
+        await until(lambda: calls.count(("acquired", 0)) == 2, "the shard taken back once the API server answers")
+        assert own.owns("anything")
         await own.stop()
 
     asyncio.run(main())
@@ -280,5 +285,22 @@ def test_a_slow_releasing_does_not_stop_the_renewals_and_the_shard_moves_only_af
         assert a.owned() == frozenset({0})
         assert len(deadlines) == 16 and deadlines[-1] - deadlines[0] > 0.5, "shard 0 was not renewed meanwhile"
         await asyncio.gather(a.stop(), b.stop())
+
+    asyncio.run(main())
+
+
+def test_a_held_lease_deleted_under_its_holder_is_lost_at_once_then_taken_anew() -> None:
+    async def main() -> None:
+        store, clock = Store(), Clock()
+        calls: list[tuple[str, int]] = []
+        own = ShardOwnership(settings(shards=1), store, clock=clock)
+        own.set_callbacks(recorder(calls, "acquired"), recorder(calls, "releasing"), recorder(calls, "lost"))
+        await own.start()
+        first = own.epoch("x")
+        del store.leases["corral-shard-0"]  # anyone may create it now: the fence cannot wait for the deadline
+        await until(lambda: ("lost", 0) in calls, "lost")
+        await until(lambda: calls.count(("acquired", 0)) == 2, "the shard taken anew")
+        assert own.owns("x") and own.epoch("x") != first
+        await own.stop()
 
     asyncio.run(main())

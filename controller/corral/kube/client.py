@@ -73,6 +73,12 @@ class AsyncApi:
                                                   trust_env=False)
         return self._session
 
+    def sibling(self, connections: int) -> AsyncApi:
+        """The same server and credentials on a pool of its own: for calls that must not queue behind this pool's
+        traffic (Lease renewals, whose deadline is seconds, behind a burst of status writes)."""
+        return AsyncApi(self._config, self._headers, connections=connections,
+                        timeout_s=float(self._timeout.total or 30.0))
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -161,6 +161,11 @@ class LeaseElector:
         """client-go's IsLeader: the last record seen or written names this identity."""
         return self.observed is not None and self.observed.holder == self.identity
 
+    @property
+    def missing(self) -> bool:
+        """The last read found no Lease (deleted under its holder, or never made)."""
+        return self._missing
+
     def drop(self) -> None:
         """Stop counting the Lease as this process's (its renew deadline passed, or another holds it now)."""
         self.holding = False
@@ -196,9 +201,11 @@ class LeaseElector:
             assert self.observed is not None
             renewed = self.observed.model_copy(update={"renew_time": now,
                                                        "lease_duration_s": self._duration()})
-            if await self._update(renewed):
-                return self._held(renewed, sent_at)
-            log.debug("Lease %s/%s: optimistic renewal refused, reading it again", self.namespace, self.name)
+            try:
+                if await self._update(renewed):
+                    return self._held(renewed, sent_at)
+            except ApiError as err:  # as client-go: any refusal of the fast path falls back to reading (a 404 too)
+                log.debug("Lease %s/%s: optimistic renewal refused (%s)", self.namespace, self.name, err)
             read = True
         # 2. Obtain or create the record.
         if read:

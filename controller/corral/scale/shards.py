@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corral.kube.client import AsyncApi, path_of
@@ -50,13 +50,16 @@ class ShardOwnership:
         self.settings = settings
         self.shards = settings.shards
         self.identity = settings.identity
-        self._api = api
+        # Renewals have a deadline of seconds: they must not queue behind the controller's own requests (a burst of
+        # status writes fills a shared pool), so the Leases get a pool of their own, closed by stop().
+        self._api = api.sibling(min(32, settings.shards + 3)) if isinstance(api, AsyncApi) else api
+        self._own_pool = self._api is not api
         self._clock = clock
         self._selector = f"{PREFIX_LABEL}={prefix_label(settings.lease_prefix)}"
         labels = {PREFIX_LABEL: prefix_label(settings.lease_prefix)}
 
         def elector(name: str) -> LeaseElector:
-            return LeaseElector(api, settings.namespace, name, settings.identity, labels=labels, clock=clock,
+            return LeaseElector(self._api, settings.namespace, name, settings.identity, labels=labels, clock=clock,
                                 wall=wall, lease_duration_s=settings.lease_duration_s,
                                 renew_deadline_s=settings.renew_deadline_s)
 
@@ -69,7 +72,7 @@ class ShardOwnership:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._giving_back: dict[int, asyncio.Task[None]] = {}  # a shard's `releasing` then release, beside the loop
-        self._loop_task: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
         self._crashed = False
         self._stopping = False
         self.live_members = 1
@@ -112,12 +115,17 @@ class ShardOwnership:
 
     async def start(self) -> None:
         """One round (so a replica that can hold shards holds them when this returns), then the loop."""
-        if self._loop_task is not None:
+        if self._loops:
             raise RuntimeError("ShardOwnership.start() called twice")
         began = self._clock()
-        await self._round()
-        self._loop_task = asyncio.create_task(self._run(began), name=f"shard-ownership {self.identity}")
-        self._loop_task.add_done_callback(self._loop_ended)
+        await self._renew()
+        await self._plan()
+        # Two loops: renewals never wait for a slow LIST or acquisition (their deadline is the fence), and the plan
+        # never waits for a slow renewal.
+        for what, step in (("renew", self._renew), ("plan", self._plan)):
+            task = asyncio.create_task(self._every_period(step, began), name=f"shard {what} loop {self.identity}")
+            task.add_done_callback(self._loop_ended)
+            self._loops.append(task)
 
     async def stop(self) -> None:
         """Stop the loop, give back every held shard (after `releasing`), then the member Lease. Deletes nothing."""
@@ -133,6 +141,11 @@ class ShardOwnership:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._close_pool()
+
+    async def _close_pool(self) -> None:
+        if self._own_pool and isinstance(self._api, AsyncApi):
+            await self._api.close()
 
     async def abandon(self) -> None:
         """Stop the loop and its timers without releasing anything or calling anyone: what a killed process
@@ -141,12 +154,12 @@ class ShardOwnership:
         for task in [*self._giving_back.values(), *self._tasks]:
             task.cancel()
         await asyncio.gather(*self._giving_back.values(), *self._tasks, return_exceptions=True)
+        await self._close_pool()
 
     async def _halt(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -158,50 +171,61 @@ class ShardOwnership:
         if error is not None:
             # A bug, not an API error (those are caught per round): act on nothing from now on, say so loudly.
             self._crashed = True
-            log.error("shard ownership loop of %s crashed; this replica now owns nothing", self.identity,
-                      exc_info=error)
+            for other in self._loops:
+                other.cancel()
+            log.error("shard ownership loop of %s crashed (%s); this replica now owns nothing", self.identity,
+                      task.get_name(), exc_info=error)
             for k in range(self.shards):
                 self._lose(k, "the ownership loop crashed")
 
-    async def _run(self, began: float) -> None:
+    async def _every_period(self, step: Callable[[], Awaitable[None]], began: float) -> None:
         period = self.settings.retry_period_s
         while True:
-            # Rounds start every period; one that overran (a slow API server) is followed at once.
+            # A step starts every period; one that overran (a slow API server) is followed at once.
             await asyncio.sleep(max(0.0, period - (self._clock() - began)))
             began = self._clock()
-            await self._round()
+            await step()
 
-    # ---- one round ------------------------------------------------------------------------------------------
+    # ---- renewing (the renew loop) --------------------------------------------------------------------------
 
-    async def _round(self) -> None:
+    async def _renew(self) -> None:
+        """The member Lease and every held shard at once, each on the optimistic fast path (one PUT)."""
         self._lose_overdue()
-        await self._attempt(self._member, "renew the member Lease")
+        held = [k for k in range(self.shards) if self._shard[k].holding]
+        _, *renewed = await asyncio.gather(
+            self._attempt(self._member, "renew the member Lease"),
+            *(self._attempt(self._shard[k], f"renew shard {k}", acquire=False) for k in held))
+        for k, ok in zip(held, renewed, strict=True):
+            elector = self._shard[k]
+            if ok and elector.holding:
+                self._arm(k)
+            elif elector.holding and elector.missing:
+                # Deleted under us: anyone may create it now, so the fence cannot wait for the deadline.
+                self._lose(k, "its Lease was deleted")
+            elif elector.holding and elector.observed is not None and elector.observed.holder != self.identity:
+                self._lose(k, f"its Lease is held by {elector.observed.holder or 'nobody'} now")
+        self._lose_overdue()
+        metrics.SHARDS_HELD.set(len(self.owned()))
+
+    # ---- planning (the plan loop) ---------------------------------------------------------------------------
+
+    async def _plan(self) -> None:
+        """LIST the fleet's Leases, count live members, then take or give back shards as `plan` says."""
+        if self._stopping:
+            return
         try:
             listed = await asyncio.wait_for(self._list(), self.settings.renew_deadline_s)
         except Exception as err:  # noqa: BLE001 - an unreachable API server is a round without a plan, not a crash
-            log.warning("%s could not list the Leases of %r: %s", self.identity, self.settings.lease_prefix, err)
-            listed = None
-        if listed is not None:
-            self._observe(listed)
-        held = [k for k in range(self.shards) if self._shard[k].holding]
-        renewed = await asyncio.gather(*(self._attempt(self._shard[k], f"renew shard {k}", read=listed is None,
-                                                       acquire=False) for k in held))
-        for k, ok in zip(held, renewed, strict=True):
-            observed = self._shard[k].observed
-            if ok:
-                self._arm(k)
-            elif self._shard[k].holding and observed is not None and observed.holder != self.identity:
-                self._lose(k, f"its Lease is held by {observed.holder or 'nobody'} now")
-        self._lose_overdue()
-        now = self._clock()
-        metrics.SHARDS_HELD.set(sum(1 for e in self._shard if e.valid(now)))  # as of this round; owns() is exact
-        if listed is None or self._stopping:
+            log.warning("%s could not list the Leases of %r: %s", self.identity, self.settings.lease_prefix,
+                        str(err) or type(err).__name__)
             return
+        self._observe(listed)
+        now = self._clock()
         views = {k: LeaseView(holder=e.observed.holder or None, expired=not e.lease_valid(now))
                  for k, e in enumerate(self._shard) if e.observed is not None}
         mine = frozenset(k for k in range(self.shards) if self._shard[k].valid(now))
         step = plan(self.shards, self.identity, views, self.live_members, mine)
-        if step.acquire:
+        if step.acquire and not self._stopping:
             got = await asyncio.gather(*(self._attempt(self._shard[k], f"acquire shard {k}", read=False)
                                          for k in step.acquire))
             for k, ok in zip(step.acquire, got, strict=True):
@@ -209,7 +233,7 @@ class ShardOwnership:
                     self._on_acquired(k)
             metrics.SHARDS_HELD.set(len(self.owned()))
         for k in step.release:
-            if k in self._giving_back:
+            if k in self._giving_back or self._stopping:
                 continue
             log.info("giving back shard %d (epoch %s) of %s: %d live members, a share of %d", k,
                      self._shard[k].epoch, self.identity, self.live_members, len(mine) - len(step.release))
@@ -231,10 +255,9 @@ class ShardOwnership:
     def _observe(self, items: list[dict[str, Any]]) -> None:
         by_name = {str((item.get("metadata") or {}).get("name")): item for item in items}
         for elector in self._shard:
-            elector.observe(by_name.get(elector.name))
+            if not elector.holding:  # a held one is the renew loop's: its own writes are fresher than this LIST
+                elector.observe(by_name.get(elector.name))
         own = self._member.name
-        if own in by_name:
-            self._member.observe(by_name[own])
         member_prefix = f"{self.settings.lease_prefix}-member-"
         now = self._clock()
         seen: dict[str, tuple[object, float, float]] = {}
@@ -255,7 +278,8 @@ class ShardOwnership:
         try:
             return await elector.try_acquire_or_renew(read=read, acquire=acquire)
         except Exception as err:  # noqa: BLE001 - the API server's refusals and timeouts: retried next round
-            log.warning("%s could not %s (Lease %s): %s", self.identity, what, elector.name, err or type(err).__name__)
+            log.warning("%s could not %s (Lease %s): %s", self.identity, what, elector.name,
+                        str(err) or type(err).__name__)
             return False
 
     # ---- acquiring, giving back, losing ---------------------------------------------------------------------
