@@ -129,7 +129,9 @@ class Setup:
     def applied_once(self, asked: dict[str, str], value: int) -> None:
         for name, light in asked.items():
             times = hardware_applies(self.fleet, light).count(("brightness", value))
-            assert times == 1, f"{name}: {light} was set to {value} {times} times"
+            sent = [(round(at, 2), c.get("id"), c.get("epoch"), c.get("params")) for at, d, c in commands(self.watcher)
+                    if d == light]
+            assert times == 1, f"{name}: {light} was set to {value} {times} times; its commands: {sent}"
 
 
 @contextmanager

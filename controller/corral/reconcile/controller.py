@@ -305,20 +305,21 @@ class Controller:
                  "pinned)", shard, resumed, pinned)
 
     def _pin_inherited(self, shard: int) -> int:
-        """As `IntentController.prime` at a restart, for a shard taken over: an unfinished Intent whose value the
-        previous owner already put in its Device's target may have had its command sent too. Its command is pinned
-        with the Intent's own id before the devices are reconciled, so the device reconciler does not drive that
-        target with an id of its own (the hardware would act twice); the Intent, taken up, sends that id, which the
-        firmware answers from its memory if it ran already. A pin the Intent never uses is released when it ends."""
+        """As `IntentController.prime` at a restart, for a shard taken over: an Intent the previous owner may have
+        been executing (any not ended nor awaiting approval: this replica cannot read the other's audit log) may have had its
+        target applied and its command sent. Its command is pinned with the Intent's own id before the devices are
+        reconciled, so the device reconciler leaves that actuator alone until the Intent, taken up, applies its
+        target and sends that id, which the firmware answers from its memory if it ran already; otherwise the
+        device reconciler could drive that target with an id of its own (seen in this replica's cache a moment
+        later), and the hardware would act twice. Not the target as cached: the cache may lag. A pin the Intent
+        never uses (decided otherwise) is released when it ends."""
         pinned = 0
         for key, intent in self.intents.intents.items():
             status, value = status_of(intent), value_of(intent)
             device_id = self.doors.device_id(key[0], intent.spec.device)
-            if status.phase in FINAL_PHASES or value is None or device_id is None or intent.spec.dry_run \
-                    or self.doors.shard(device_id) != shard:
-                continue
-            body = self.devices.get((key[0], intent.spec.device)) or {}
-            if ((body.get("spec") or {}).get("target") or {}).get(intent.spec.actuator) != value:
+            # Not one that waits for a person: its pin would hold the actuator for as long.
+            if status.phase in FINAL_PHASES or status.phase == "AwaitingApproval" or value is None or device_id is None \
+                    or intent.spec.dry_run or self.doors.shard(device_id) != shard:
                 continue
             self.port.pin(device_id, intent.spec.actuator, value, status.command_id or new_command_id(uid_of(intent)),
                           name_of(intent), None)
