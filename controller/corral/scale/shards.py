@@ -123,7 +123,8 @@ class ShardOwnership:
         # Two loops: renewals never wait for a slow LIST or acquisition (their deadline is the fence), and the plan
         # never waits for a slow renewal.
         for what, step in (("renew", self._renew), ("plan", self._plan)):
-            task = asyncio.create_task(self._every_period(step, began), name=f"shard {what} loop {self.identity}")
+            task = asyncio.create_task(self._every_period(step, began, watch_lag=what == "renew"),
+                                       name=f"shard {what} loop {self.identity}")
             task.add_done_callback(self._loop_ended)
             self._loops.append(task)
 
@@ -178,12 +179,20 @@ class ShardOwnership:
             for k in range(self.shards):
                 self._lose(k, "the ownership loop crashed")
 
-    async def _every_period(self, step: Callable[[], Awaitable[None]], began: float) -> None:
+    async def _every_period(self, step: Callable[[], Awaitable[None]], began: float, watch_lag: bool) -> None:
         period = self.settings.retry_period_s
         while True:
             # A step starts every period; one that overran (a slow API server) is followed at once.
-            await asyncio.sleep(max(0.0, period - (self._clock() - began)))
+            pause = max(0.0, period - (self._clock() - began))
+            asleep = self._clock()
+            await asyncio.sleep(pause)
             began = self._clock()
+            lag = began - asleep - pause
+            if watch_lag and lag > self.settings.renew_deadline_s / 3:
+                # Other work held the event loop that long: renewals wait for it, and past the renew deadline the
+                # shards are lost. Said here because a loss alone does not say why.
+                log.warning("%s: the renew loop woke %.1f s late (a busy event loop); the renew deadline is %g s",
+                            self.identity, lag, self.settings.renew_deadline_s)
             await step()
 
     # ---- renewing (the renew loop) --------------------------------------------------------------------------
