@@ -95,7 +95,8 @@ def one_run(plane: Plane, size: int, replicas: int, args: argparse.Namespace) ->
 
     names = [f"d{i:05d}" for i in range(size)]
     with agent_namespace(plane) as (admin, namespace, token), tempfile.TemporaryDirectory() as work:
-        logs = Path(work)
+        # The replicas' and gateway's logs: kept under --logs (one directory per run) to read after a failure.
+        logs = Path(tempfile.mkdtemp(prefix=f"scale-{size}x{replicas}-", dir=args.logs)) if args.logs else Path(work)
         prefix = f"scale-{uuid.uuid4().hex[:6]}"
         started = time.monotonic()
         passwords = enroll_many(admin, namespace, dict.fromkeys(names, "light"))
@@ -193,6 +194,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0, help="seconds of steady state measured after ready")
     parser.add_argument("--calls", type=int, default=60, help="iot.control calls spread over the window")
     parser.add_argument("--telemetry", type=float, default=10.0, help="seconds between a device's telemetry")
+    parser.add_argument("--logs", type=Path, help="keep each run's logs (replicas, gateway, broker) under this directory")
     parser.add_argument("--fresh-plane", action="store_true", help="a plane of its own, not `corral dev up`'s")
     args = parser.parse_args()
     runs = []
