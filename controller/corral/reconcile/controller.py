@@ -82,6 +82,8 @@ WARM_S = 30
 # How long an acquired shard's devices are waited for (their retained info and status, sent again on subscribing)
 # before its Intents are taken up: long against the broker's redelivery, short against a failover's budget.
 HEARD_S = 3.0
+# Shards acquired within this long of each other share one re-subscription.
+REDELIVERY_BATCH_S = 0.2
 
 
 class Controller:
@@ -92,6 +94,7 @@ class Controller:
         self.ownership = ownership if ownership is not None else _ownership(config.scale, kube)
         self.doors = Doors(self.ownership, self.devices, ShardLabels(kube, self.ownership.shards))
         self._leading = False
+        self._redelivery: asyncio.Future[None] | None = None
         self._executing: dict[int, int] = {}  # executions in flight, by shard: a release waits for them
         self.queue: WorkQueue[str] = WorkQueue("devices")
         self.audit, self.checkpoints = _audit(config, kube)
@@ -286,7 +289,7 @@ class Controller:
         self.doors.waiting.add(shard)
         if shard == 0:
             await self._lead()
-        self.mqtt.redeliver()
+        await self._redelivered()
         await self._heard(shard)
         pinned = self._pin_inherited(shard)
         self.doors.waiting.discard(shard)
@@ -326,6 +329,18 @@ class Controller:
             pinned += 1
         return pinned
 
+    async def _redelivered(self) -> None:
+        """One re-subscription for the shards acquired together (a replica starting takes several at once): each
+        makes the broker send every device's retained info and status again, which the owned devices' intake
+        parses; one per shard would parse each contract as many times."""
+        if self._redelivery is None or self._redelivery.done():
+            self._redelivery = asyncio.ensure_future(self._redeliver_soon())
+        await asyncio.shield(self._redelivery)
+
+    async def _redeliver_soon(self) -> None:
+        await asyncio.sleep(REDELIVERY_BATCH_S)
+        self.mqtt.redeliver()
+
     async def _heard(self, shard: int) -> None:
         """Until the shard's enrolled devices were heard again (their retained contract and presence), for at most
         HEARD_S: a standby dropped their messages, and an Intent decided before would find its device unknown."""
@@ -336,7 +351,7 @@ class Controller:
                        and ((rt := self.fleet.get(d)) is None or rt.contract is None)]
             if not missing:
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
         log.info("shard %d: %d device(s) not heard within %g s of its acquisition (offline, or no contract yet)",
                  shard, len(missing), HEARD_S)
 
