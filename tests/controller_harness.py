@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import kubernetes
 
-from corral.api.codes import GROUP, VERSION
+from corral.api.codes import FINAL_PHASES, GROUP, VERSION
 from corral.devcluster.files import BROKER_CONTROLLER
 from corral.devcluster.plane import Plane
 from corral.devcluster.processes import free_port
@@ -190,3 +190,12 @@ def status_write_count(plane: Plane) -> int:
         ):
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+def finals(admin: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> dict[str, str]:
+    """Intent name -> its final code, once every one of `names` has ended; else {} (a wait_for probe)."""
+    items = kubernetes.client.CustomObjectsApi(admin).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "intents")["items"]
+    status = {i["metadata"]["name"]: (i.get("status") or {}) for i in items}
+    done = {n: str(status[n].get("code")) for n in names if status.get(n, {}).get("phase") in FINAL_PHASES}
+    return done if len(done) == len(names) else {}

@@ -29,10 +29,10 @@ from typing import Any
 import kubernetes
 import pytest
 
-from corral.api.codes import FINAL_PHASES, GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.client.intents import submit
 from corral.devcluster.plane import Plane
-from tests.controller_harness import ControllerProcess
+from tests.controller_harness import ControllerProcess, finals
 from tests.fleet_harness import Watcher, hardware_applies, running_fleet
 from tests.harness import grant, healthz, wait_for
 
@@ -88,14 +88,6 @@ def brightness(light: str, value: int, requester: str) -> dict[str, Any]:
     return {"device": light, "actuator": "brightness", "action": "set_value", "params": {"value": value},
             "reason": "leader election test", "requester": requester}
 
-
-def finals(admin: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> dict[str, str]:
-    """Intent name -> its final code once every one has ended; else {}."""
-    items = kubernetes.client.CustomObjectsApi(admin).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "intents")["items"]
-    status = {i["metadata"]["name"]: (i.get("status") or {}) for i in items}
-    done = {n: str(status[n].get("code")) for n in names if status.get(n, {}).get("phase") in FINAL_PHASES}
-    return done if len(done) == len(names) else {}
 
 
 def in_sync(admin: kubernetes.client.ApiClient, namespace: str) -> bool:

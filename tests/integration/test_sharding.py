@@ -35,11 +35,11 @@ from typing import Any
 import kubernetes
 import pytest
 
-from corral.api.codes import FINAL_PHASES, GROUP, VERSION
+from corral.api.codes import GROUP, VERSION
 from corral.client.intents import submit
 from corral.devcluster.plane import Plane
 from corral.scale.hashing import shard_of
-from tests.controller_harness import ControllerProcess
+from tests.controller_harness import ControllerProcess, finals
 from tests.fleet_harness import Watcher, hardware_applies, running_fleet
 from tests.gateway_harness import kubeconfig_for
 from tests.harness import grant, service_account_token, wait_for
@@ -192,14 +192,6 @@ def intent_spec(device_id: str, value: int, requester: str) -> dict[str, Any]:
     return {"device": device_id, "actuator": "brightness", "action": "set_value", "params": {"value": value},
             "reason": "sharding test", "requester": requester}
 
-
-def finals(admin: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> dict[str, str]:
-    """Intent name -> its final code, once every one has ended; else {}."""
-    items = kubernetes.client.CustomObjectsApi(admin).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "intents")["items"]
-    codes = {i["metadata"]["name"]: (i.get("status") or {}) for i in items}
-    done = {n: str(codes[n].get("code")) for n in names if n in codes and codes[n].get("phase") in FINAL_PHASES}
-    return done if len(done) == len(names) else {}
 
 
 def all_in_sync(admin: kubernetes.client.ApiClient, namespace: str, count: int) -> bool:
