@@ -289,6 +289,15 @@ def test_the_leader_election_values_reach_the_controller(helm: Helm) -> None:
                 if d["kind"] == "PodDisruptionBudget"]
 
 
+def assert_refused(helm: Helm, sets: tuple[str, ...], refusal: str) -> None:
+    """`helm template` with these --set values fails, saying `refusal`."""
+    args = ["template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED]
+    for value in sets:
+        args += ["--set", value]
+    done = helm(*args, check=False)
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(("sets", "refusal"), [
     (("controller.leaderElection.renewDeadlineSeconds=15",), "must be below leaseDurationSeconds"),
     (("controller.leaderElection.retryPeriodSeconds=9",), "more than 1.2 x retryPeriodSeconds"),
@@ -297,11 +306,7 @@ def test_the_leader_election_values_reach_the_controller(helm: Helm) -> None:
     (("controller.leaderElection.leasePrefix=Not_A_Name",), "values don't meet the specifications of the schema"),
 ])
 def test_leader_election_settings_that_cannot_work_are_refused(helm: Helm, sets: tuple[str, ...], refusal: str) -> None:
-    args = ["template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED]
-    for value in sets:
-        args += ["--set", value]
-    done = helm(*args, check=False)
-    assert done.returncode != 0 and refusal in done.stderr, done.stderr
+    assert_refused(helm, sets, refusal)
 
 
 def test_one_replica_may_keep_an_existing_audit_claim(helm: Helm) -> None:
@@ -529,11 +534,7 @@ def test_secrets_of_your_own_are_referenced_and_nothing_is_made(helm: Helm) -> N
     (("mqtt.existingSecret=mine",), "need the account's username"),
 ])
 def test_a_password_in_the_controller_arguments_is_refused(helm: Helm, sets: tuple[str, ...], refusal: str) -> None:
-    args = ["template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED]
-    for value in sets:
-        args += ["--set", value]
-    done = helm(*args, check=False)
-    assert done.returncode != 0 and refusal in done.stderr, done.stderr
+    assert_refused(helm, sets, refusal)
 
 
 def test_the_audit_log_is_read_with_the_audit_verb(helm: Helm) -> None:
