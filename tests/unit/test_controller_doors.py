@@ -10,10 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.run import run
+from corral.devices.messages import Ack
 from corral.devices.plan import Command
 from corral.devices.topics import Topics
 from corral.reconcile.devices.cache import DeviceCache
-from corral.reconcile.devices.driver import Driver
+from corral.reconcile.devices.driver import DeviceRefused, Driver, Expectations
 from corral.reconcile.doors import Doors, NotOwned
 from corral.reconcile.intents.execute import new_command_id
 from corral.scale.hashing import shard_of
@@ -152,3 +153,28 @@ def test_corral_run_refuses_leader_election_settings_that_cannot_work(args: list
     result = CliRunner().invoke(run, ["--mqtt", "mqtt://corral-controller@127.0.0.1:1", *args])
     assert result.exit_code == 2, result.output
     assert said in result.output
+
+
+STALE = {"id": "i-1", "ok": False, "error": "stale epoch 5: this device has seen epoch 9", "state": {},
+         "stale_epoch": {"sent": 5, "seen": 9}}
+
+
+@pytest.mark.parametrize(("owned", "raised"), [(False, NotOwned), (True, DeviceRefused)])
+def test_a_stale_epoch_refusal_leaves_the_intent_to_the_new_owner_only_when_the_device_is_no_longer_ours(
+        owned: bool, raised: type[Exception]) -> None:
+    """A replica whose command lost to a newer epoch records no decision (its Intent is the new owner's); a device
+    that says so while this replica still owns it is refusing, and the Intent fails with its words."""
+    async def settle() -> BaseException | None:
+        expectations = Expectations()
+        pin = expectations.pin("lamp-1", "power", True, "i-1", "intent-1")
+        assert expectations.settle("lamp-1", Ack.model_validate(STALE), owned)
+        return pin.future.exception()
+
+    error = asyncio.run(settle())
+    assert type(error) is raised
+    assert "9" in str(error)
+
+
+def test_a_malformed_stale_epoch_field_does_not_lose_the_ack() -> None:
+    ack = Ack.model_validate({**STALE, "stale_epoch": {"sent": "five"}})
+    assert ack.stale_epoch is None and not ack.ok and ack.id == "i-1"

@@ -10,7 +10,15 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 
 from corral.contract.model import IDENTIFIER_PATTERN, Contract
 from corral.contract.text import bounded
@@ -79,6 +87,19 @@ _CONTROLLER_SAID = {"gone": "the controller's Last Will said it was gone", "sile
 Failsafes = Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN)], FailsafeReport], Field(max_length=64)]
 
 
+def _or_none(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A field that says more than the ack needs: dropped when malformed, so the ack itself is never lost."""
+    try:
+        return handler(value)
+    except ValidationError:
+        return None
+
+
+class StaleEpoch(_Wire):
+    sent: Annotated[int, Field(ge=0)]
+    seen: Annotated[int, Field(ge=0)]
+
+
 class Ack(_Wire):
     id: Annotated[str, Field(max_length=64)] | None
     ok: bool
@@ -87,6 +108,8 @@ class Ack(_Wire):
     state: State = Field(default_factory=dict)
     clamped: Clamped | None = None
     failsafe: Failsafes = Field(default_factory=dict)  # actuators at their failsafe value since a lost heartbeat
+    # Set on a refusal because a newer controller epoch reached the device first (docs/protocol.md, "Epoch").
+    stale_epoch: Annotated[StaleEpoch | None, WrapValidator(_or_none)] = None
 
 
 class Sample(_Wire):

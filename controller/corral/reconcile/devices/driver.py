@@ -24,7 +24,7 @@ from corral.devices.plan import Command, PinnedCommand
 from corral.devices.topics import Topics
 from corral.obs import tracing
 from corral.obs.crashpoints import ACK_RECEIVED, COMMAND_SENT, armed, crash_point
-from corral.reconcile.doors import OPEN, Doors
+from corral.reconcile.doors import OPEN, Doors, NotOwned
 
 State = dict[str, Any]
 
@@ -87,13 +87,21 @@ class Expectations:
         return frozenset(p.actuator for p in self._pins.get(device_id, []) if not p.future.done()
                          and (p.applied_generation is None or p.applied_generation > generation))
 
-    def settle(self, device_id: str, ack: Ack) -> bool:
-        """Complete the pin this ack answers; False when it answers none."""
+    def settle(self, device_id: str, ack: Ack, owned: bool = True) -> bool:
+        """Complete the pin this ack answers; False when it answers none. `owned`: this replica still owns the
+        device (a stale-epoch refusal means another replica took it over only when that is no longer so; a device
+        that claims it while we own it is refusing, and the Intent fails with its words)."""
         for pin in self._pins.get(device_id, []):
             if pin.command_id == ack.id and not pin.future.done():
                 crash_point(ACK_RECEIVED)
                 if ack.ok:
                     pin.future.set_result(dict(ack.state))
+                elif ack.stale_epoch is not None and not owned:
+                    # Another replica holds the device's shard with a newer epoch: not a failure of the Intent,
+                    # which its new owner carries on (this one records no decision for it).
+                    pin.future.set_exception(NotOwned(
+                        f"the device refused epoch {ack.stale_epoch.sent}: it has seen {ack.stale_epoch.seen} "
+                        "from the replica that now owns it"))
                 else:
                     pin.future.set_exception(DeviceRefused(ack.error or "refused without a reason"))
                 return True
@@ -145,7 +153,7 @@ class Driver:
     def on_ack(self, device_id: str, ack: Ack) -> None:
         """An ack from a device's own topic: to whoever waits for its id, and to the Intent that pinned it."""
         self.tracker.resolve(device_id, ack)
-        self.expectations.settle(device_id, ack)
+        self.expectations.settle(device_id, ack, self.doors.owns(device_id))
 
     async def send(self, device_id: str, command: Command, trace: Context | None = None, pinned: bool = False) -> Ack:
         """Publish the command and wait for its ack; CommandTimeout if none comes in time. `pinned`: an Intent's."""
@@ -162,7 +170,7 @@ class Driver:
                 "corral.device.command", context=trace, kind=SpanKind.PRODUCER,
                 attributes={"corral.device_id": device_id, "corral.command": command.id, "messaging.system": "mqtt"}):
             ack = await self.tracker.send(device_id, publish, command.payload(), self.command_timeout_s)
-        self.expectations.settle(device_id, ack)
+        self.expectations.settle(device_id, ack, self.doors.owns(device_id))
         return ack
 
     async def get_state(self, device_id: str, timeout_s: float | None = None) -> State:
