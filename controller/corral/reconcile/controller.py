@@ -13,10 +13,9 @@ Three queues, each worked by one reconciler (`async def reconcile(key) -> Result
   Intents of its namespace); a decision to execute queues the Intent for execution.
 
 Several replicas (`--leader-elect`, docs/scale.md): each queue's reconciler sits behind a gate that drops keys of
-devices this replica does not own (`doors.py`), and the `Ownership` (scale/) tells, through its callbacks, when a
-shard was acquired (its devices and unfinished Intents are queued again), is being released (its work in flight
-ends first) or was lost. The leader (the holder of shard 0) alone keeps the broker's accounts and deletes unused
-Capabilities. A controller alone is `Standalone`: every gate and door open.
+devices this replica does not own, and the `Ownership` (scale/) tells, through its callbacks, when a shard was
+acquired, is being released or was lost (`shardwork.py`); every effect passes a door (`doors.py`). A controller
+alone is `Standalone`: every gate and door open.
 
 The guards (Interlocks, leases, AgentPauses: reconcile/guards) are listed before anything is decided or driven.
 What each event queues is declared here (`_watch` and the `on_*_event` inputs), not inside the reconcilers.
@@ -34,17 +33,17 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from corral.api.codes import CONTROLLER_MANAGER, FINAL_PHASES
+from corral.api.codes import CONTROLLER_MANAGER
 from corral.audit.component import AuditSettings, assemble
 from corral.audit.decisions import DecisionIndex
 from corral.audit.log import AuditLog, read_records
 from corral.audit.requests import RequestNames
 from corral.audit.signer import CheckpointSigner
 from corral.kube.access import AccessReviews
-from corral.kube.cache import Body, Key
+from corral.kube.cache import Body
 from corral.kube.events import EventRecorder
 from corral.kube.objects import Kube
-from corral.kube.workqueue import Result, WorkQueue, run_workers
+from corral.kube.workqueue import WorkQueue, run_workers
 from corral.notify.sender import Notifier
 from corral.reconcile.config import ControllerConfig
 from corral.reconcile.devices.cache import DeviceCache
@@ -57,16 +56,15 @@ from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.devices.targets import TargetApplier
 from corral.reconcile.devices.trust import ContractTrust
 from corral.reconcile.devices.wiring import DeviceEvents
-from corral.reconcile.doors import Doors, NotOwned
+from corral.reconcile.doors import Doors
 from corral.reconcile.guards.interlocks import Interlocks
 from corral.reconcile.guards.leases import Leases
 from corral.reconcile.guards.pauses import AgentPauses
-from corral.reconcile.intents.execute import new_command_id
-from corral.reconcile.intents.facts import name_of, status_of, uid_of, value_of
 from corral.reconcile.intents.settings import IntentSettings
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
 from corral.reconcile.shardlabels import ShardLabels
+from corral.reconcile.shardwork import ShardWork
 from corral.scale.ownership import Ownership, Standalone
 from corral.scale.settings import ScaleSettings
 from corral.serving.auth import Reviews
@@ -79,11 +77,6 @@ GUARDS_LISTED_S = 60
 # How long a replica waits for its first MQTT connection before it competes for shards anyway (a standby should be
 # warm, but a broker that is away must not keep a replica from leading what it can).
 WARM_S = 30
-# How long an acquired shard's devices are waited for (their retained info and status, sent again on subscribing)
-# before its Intents are taken up: long against the broker's redelivery, short against a failover's budget.
-HEARD_S = 3.0
-# Shards acquired within this long of each other share one re-subscription.
-REDELIVERY_BATCH_S = 0.2
 
 
 class Controller:
@@ -93,9 +86,6 @@ class Controller:
         self.fleet, self.devices = Fleet(), DeviceCache()
         self.ownership = ownership if ownership is not None else _ownership(config.scale, kube)
         self.doors = Doors(self.ownership, self.devices, ShardLabels(kube, self.ownership.shards))
-        self._leading = False
-        self._redelivery: asyncio.Future[None] | None = None
-        self._executing: dict[int, int] = {}  # executions in flight, by shard: a release waits for them
         self.queue: WorkQueue[str] = WorkQueue("devices")
         self.audit, self.checkpoints = _audit(config, kube)
         self.recorded = DecisionIndex()
@@ -141,8 +131,10 @@ class Controller:
         self.intents.outcomes.doors = self.doors
         self.server = _read_server(config, kube, self.access, port)
         self._workers: list[asyncio.Task[None]] = []
+        self.shards = ShardWork(self.doors, self.devices, self.fleet, self.queue, self.device_reconciler,
+                                self.intents, port, self.mqtt, self.capabilities, config.command_timeout_s)
         self._watch()
-        self.ownership.set_callbacks(self._acquired, self._releasing, self._lost)
+        self.ownership.set_callbacks(self.shards.acquired, self.shards.releasing, self.shards.lost)
 
     # ---- what each event queues -----------------------------------------------------------------------------
 
@@ -188,7 +180,7 @@ class Controller:
             await self.notifier.start()
         self._workers = self._run_workers()
         if alone:
-            await self._lead()
+            await self.shards.lead()
             return
         # Warm before competing: caches primed, guards listed, MQTT connected; the gates drop everything until a
         # shard is held, and its `acquired` queues its work again.
@@ -223,170 +215,15 @@ class Controller:
 
     def _run_workers(self) -> list[asyncio.Task[None]]:
         """Each queue and the reconciler that works it."""
-        settings, intents = self.intents.settings, self.intents
+        settings, intents, gated = self.intents.settings, self.intents, self.shards
         return [
-            asyncio.create_task(run_workers(self.queue, self._reconcile_device, self.config.workers),
+            asyncio.create_task(run_workers(self.queue, gated.reconcile_device, self.config.workers),
                                 name="corral-devices"),
-            asyncio.create_task(run_workers(intents.decisions, self._decide_intent, settings.decision_workers),
+            asyncio.create_task(run_workers(intents.decisions, gated.decide_intent, settings.decision_workers),
                                 name="corral-intents"),
-            asyncio.create_task(run_workers(intents.executions, self._execute_intents, settings.execution_workers),
+            asyncio.create_task(run_workers(intents.executions, gated.execute_intents, settings.execution_workers),
                                 name="corral-executions"),
         ]
-
-    # ---- the gates: each queue's keys, for devices this replica owns ----------------------------------------
-
-    async def _reconcile_device(self, device_id: str) -> Result:
-        if not self.doors.takes(device_id):
-            return Result.done()  # its owner reconciles it; queued again here if its shard is acquired
-        try:
-            return await self.device_reconciler.reconcile(device_id)
-        except NotOwned:
-            return Result.done()  # the shard was lost mid-way: the door refused, its new owner carries on
-
-    async def _decide_intent(self, key: Key) -> Result:
-        intent = self.intents.intents.get(key)
-        # A malformed Intent names no readable Device: the leader answers it.
-        device_id = self.doors.device_id(key[0], intent.spec.device) if intent is not None else None
-        if not self.doors.takes(device_id):
-            return Result.done()
-        try:
-            return await self.intents.reconciler.reconcile(key)
-        except NotOwned:
-            return Result.done()
-        finally:
-            self._unpin_ended(key, device_id)
-
-    def _unpin_ended(self, key: Key, device_id: str | None) -> None:
-        """An ended Intent holds no pin (one pinned at a takeover and then decided otherwise)."""
-        intent = self.intents.intents.get(key)
-        if self.doors.sharded and intent is not None and device_id is not None \
-                and status_of(intent).phase in FINAL_PHASES:
-            self.port.release_command(device_id, status_of(intent).command_id or new_command_id(uid_of(intent)))
-
-    async def _execute_intents(self, device_key: Key) -> Result:
-        device_id = self.doors.device_id(*device_key)
-        if not self.doors.takes(device_id):
-            # Not ours (any more): what was handed over here is decided again by the owner (requeued on acquire).
-            self.intents.executor.handovers.ready.pop(device_key, None)
-            return Result.done()
-        shard = self.doors.shard(device_id) if device_id else 0
-        self._executing[shard] = self._executing.get(shard, 0) + 1
-        try:
-            return await self.intents.executor.reconcile(device_key)
-        except NotOwned:
-            self.intents.executor.handovers.ready.pop(device_key, None)
-            return Result.done()
-        finally:
-            self._executing[shard] -= 1
-
-    # ---- what the Ownership tells ---------------------------------------------------------------------------
-
-    async def _acquired(self, shard: int) -> None:
-        """A shard is ours now: learn its devices as they are (retained info and status again), reconcile each,
-        and take up its unfinished Intents (an Executing one resumes with its command id)."""
-        # Until its devices are heard again, a Device event would find no runtime and write the device off as
-        # waiting: its new work waits too (the gates), and everything is queued once they were heard.
-        self.doors.waiting.add(shard)
-        if shard == 0:
-            await self._lead()
-        await self._redelivered()
-        await self._heard(shard)
-        pinned = self._pin_inherited(shard)
-        self.doors.waiting.discard(shard)
-        for known in {*self.devices.device_ids(), *(rt.device_id for rt in self.fleet.values())}:
-            if self.doors.shard(known) == shard:
-                self.queue.add(known)
-        resumed = 0
-        for key, intent in self.intents.intents.items():
-            if status_of(intent).phase in FINAL_PHASES:
-                continue
-            device_id = self.doors.device_id(key[0], intent.spec.device)
-            if (self.doors.shard(device_id) if device_id else 0) == shard:
-                self.intents.decisions.add(key)
-                resumed += 1
-        log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up (%d with their command "
-                 "pinned)", shard, resumed, pinned)
-
-    def _pin_inherited(self, shard: int) -> int:
-        """As `IntentController.prime` at a restart, for a shard taken over: an Intent the previous owner may have
-        been executing (any not ended nor awaiting approval: this replica cannot read the other's audit log) may have had its
-        target applied and its command sent. Its command is pinned with the Intent's own id before the devices are
-        reconciled, so the device reconciler leaves that actuator alone until the Intent, taken up, applies its
-        target and sends that id, which the firmware answers from its memory if it ran already; otherwise the
-        device reconciler could drive that target with an id of its own (seen in this replica's cache a moment
-        later), and the hardware would act twice. Not the target as cached: the cache may lag. A pin the Intent
-        never uses (decided otherwise) is released when it ends."""
-        pinned = 0
-        for key, intent in self.intents.intents.items():
-            status, value = status_of(intent), value_of(intent)
-            device_id = self.doors.device_id(key[0], intent.spec.device)
-            # Not one that waits for a person: its pin would hold the actuator for as long.
-            if status.phase in FINAL_PHASES or status.phase == "AwaitingApproval" or value is None or device_id is None \
-                    or intent.spec.dry_run or self.doors.shard(device_id) != shard:
-                continue
-            self.port.pin(device_id, intent.spec.actuator, value, status.command_id or new_command_id(uid_of(intent)),
-                          name_of(intent), None)
-            pinned += 1
-        return pinned
-
-    async def _redelivered(self) -> None:
-        """One re-subscription for the shards acquired together (a replica starting takes several at once): each
-        makes the broker send every device's retained info and status again, which the owned devices' intake
-        parses; one per shard would parse each contract as many times."""
-        if self._redelivery is None or self._redelivery.done():
-            self._redelivery = asyncio.ensure_future(self._redeliver_soon())
-        await asyncio.shield(self._redelivery)
-
-    async def _redeliver_soon(self) -> None:
-        await asyncio.sleep(REDELIVERY_BATCH_S)
-        self.mqtt.redeliver()
-
-    async def _heard(self, shard: int) -> None:
-        """Until the shard's enrolled devices were heard again (their retained contract and presence), for at most
-        HEARD_S: a standby dropped their messages, and an Intent decided before would find its device unknown."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + HEARD_S
-        while loop.time() < deadline:
-            missing = [d for d in self.devices.device_ids() if self.doors.shard(d) == shard
-                       and ((rt := self.fleet.get(d)) is None or rt.contract is None)]
-            if not missing:
-                return
-            await asyncio.sleep(0.1)
-        log.info("shard %d: %d device(s) not heard within %g s of its acquisition (offline, or no contract yet)",
-                 shard, len(missing), HEARD_S)
-
-    async def _releasing(self, shard: int) -> None:
-        """A shard is to be handed over: no new work for it, and its executions in flight end first (bounded by
-        the command timeout; one still running then is resumed by the next owner with its command id)."""
-        self.doors.waiting.add(shard)
-        if shard == 0:
-            await self._follow()
-        deadline = asyncio.get_running_loop().time() + self.config.command_timeout_s
-        while self._executing.get(shard, 0) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
-        log.info("releasing shard %d%s", shard,
-                 "" if not self._executing.get(shard, 0) else " with executions still in flight (the next owner "
-                 "resumes them)")
-
-    async def _lost(self, shard: int) -> None:
-        """Past the renew deadline: the doors refuse already; only the leader's own loops are stopped."""
-        log.warning("lost shard %d: past the renew deadline, nothing more is sent or written for its devices", shard)
-        if shard == 0:
-            await self._follow()
-
-    async def _lead(self) -> None:
-        if self._leading:
-            return
-        self._leading = True
-        self.capabilities.start()
-        self.mqtt.lead()
-
-    async def _follow(self) -> None:
-        if not self._leading:
-            return
-        self._leading = False
-        await self.capabilities.stop()
-        await self.mqtt.follow()
 
     async def stop(self) -> None:
         # First: hand every shard over now (SIGTERM), not a lease duration later.
