@@ -243,8 +243,8 @@ def test_the_chart_renders_a_notify_config_corral_accepts_with_secrets_mounted(h
                     "-f", str(tmp_path / "values.yaml")).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "corral-notifications")
-    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "corral-controller")
-    pod = deployment["spec"]["template"]["spec"]
+    controller = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "corral-controller")
+    pod = controller["spec"]["template"]["spec"]
     container = pod["containers"][0]
     args = container["args"]
     assert args[args.index("--notify-config") + 1] == "/etc/corral/notify/notify.yaml"
