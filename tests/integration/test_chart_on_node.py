@@ -541,6 +541,8 @@ class IntentStream:
                 at = time.monotonic()
                 submit(self.api, NAMESPACE, f"{self.prefix}-{level}", spec)
                 self.sent[level] = at
+            except kubernetes.client.ApiException as err:
+                self.errors.append(f"{self.prefix}-{level}: HTTP {err.status} {err.body}")
             except Exception as err:  # noqa: BLE001 - reported by the test
                 self.errors.append(f"{self.prefix}-{level}: {err!r}")
             time.sleep(self.pace_s)  # a steady load, not a burst: one Intent every pace_s
