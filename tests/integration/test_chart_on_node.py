@@ -513,11 +513,12 @@ def _requester(install: Install) -> tuple[Any, str]:
                              "-n", NAMESPACE, check=False).stdout.strip() == "yes",
              f"{user} may write the desk light (its RoleBinding in effect)", timeout_s=30, interval_s=0.5)
     token = install.run("kubectl", "create", "token", name, "-n", NAMESPACE, "--duration", "1h").stdout.strip()
-    config = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(install.node.kubeconfig), client_configuration=config)
-    config.cert_file = config.key_file = None  # the token alone says who this is, not the admin's certificate
-    config.api_key = {"authorization": f"Bearer {token}"}
-    config.api_key_prefix = {}
+    admin = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(install.node.kubeconfig), client_configuration=admin)
+    # Only the server and its CA from the admin's kubeconfig: a configuration loaded from it carries a hook that
+    # puts the admin's own credentials back when it refreshes them, and the Intents would be the admin's.
+    config = kubernetes.client.Configuration(host=admin.host, api_key={"authorization": f"Bearer {token}"})
+    config.ssl_ca_cert = admin.ssl_ca_cert
     return kubernetes.client.ApiClient(config), user
 
 
