@@ -241,9 +241,13 @@ def test_a_frozen_leader_sends_nothing_after_its_deadline_and_resumes_as_a_follo
         assert other.proc is not None and other.proc.poll() is None
         assert held(admin, namespace, {follower}) == successor, "the Lease left the new leader"
 
+        # Nothing of its epoch while it was frozen past its deadline. A command it had handed to its MQTT client
+        # just before the freeze is written when it resumes (no check-then-send closes that gap: the device's
+        # epoch does), so one may arrive after the thaw; the hardware below acted once all the same.
         late = [(round(at - deadline, 2), d, c.get("id")) for at, d, c in commands(setup.watcher, deadline)
                 if same_epoch(c.get("epoch"), leader)]
-        assert not late, f"the frozen leader's epoch reached the broker after its renew deadline: {late}"
+        assert all(at > thawed - deadline for at, _d, _c in late), \
+            f"the frozen leader's epoch reached the broker after its renew deadline, while frozen: {late}"
         stray = [(d, c.get("id"), c.get("epoch")) for _at, d, c in commands(setup.watcher, thawed)
                  if not same_epoch(c.get("epoch"), successor)]
         assert not stray, f"commands after the thaw not from the new leader: {stray}"

@@ -10,16 +10,20 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.run import run
+from corral.contract.model import Contract
 from corral.devices.link import MqttLink
 from corral.devices.messages import Ack
 from corral.devices.plan import Command
 from corral.devices.topics import Topics
 from corral.reconcile.devices.cache import DeviceCache
 from corral.reconcile.devices.driver import DeviceRefused, Driver, Expectations
+from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.doors import Doors, NotOwned
 from corral.reconcile.intents.execute import new_command_id
+from corral.reconcile.shardwork import unheard
 from corral.scale.hashing import shard_of
 from corral.scale.ownership import ShardCallback, Standalone
+from corral_sim.catalog import contract_for
 
 SHARDS = 4
 
@@ -180,3 +184,18 @@ def test_a_stale_epoch_refusal_leaves_the_intent_to_the_new_owner_only_when_the_
 def test_a_malformed_stale_epoch_field_does_not_lose_the_ack() -> None:
     ack = Ack.model_validate({**STALE, "stale_epoch": {"sent": "five"}})
     assert ack.stale_epoch is None and not ack.ok and ack.id == "i-1"
+
+
+def test_a_shard_taken_over_waits_for_each_devices_contract_and_presence() -> None:
+    """Between a device's retained contract and its retained status, an Intent decided at once would find it
+    offline (DEVICE_GONE, seen in the sharding test): both must have come in."""
+    fleet = Fleet()
+    heard, contract_only, nothing, elsewhere = "lamp-1", "lamp-2", "lamp-3", "lamp-4"
+    runtimes = {device_id: fleet.add(device_id) for device_id in (heard, contract_only)}
+    for rt in runtimes.values():
+        rt.contract = Contract.model_validate({**contract_for("light"), "device_id": rt.device_id})
+    runtimes[heard].online = False  # an `offline` heard is presence known: the device is gone, truly
+    mine = {heard, contract_only, nothing}
+    assert unheard([heard, contract_only, nothing, elsewhere], fleet, mine.__contains__) == [contract_only, nothing]
+    runtimes[contract_only].online = True
+    assert unheard([heard, contract_only, nothing, elsewhere], fleet, mine.__contains__) == [nothing]

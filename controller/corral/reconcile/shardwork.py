@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterable
 
 from corral.api.codes import FINAL_PHASES
 from corral.kube.cache import Key
@@ -154,12 +155,12 @@ class ShardWork:
 
     async def _heard(self, shard: int) -> None:
         """Until the shard's enrolled devices were heard again (their retained contract and presence), for at most
-        HEARD_S: a standby dropped their messages, and an Intent decided before would find its device unknown."""
+        HEARD_S: a standby dropped their messages, and an Intent decided before would find its device unknown, or
+        (its contract heard, its status not yet) offline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HEARD_S
         while loop.time() < deadline:
-            missing = [d for d in self.devices.device_ids() if self.doors.shard(d) == shard
-                       and ((rt := self.fleet.get(d)) is None or rt.contract is None)]
+            missing = unheard(self.devices.device_ids(), self.fleet, lambda d: self.doors.shard(d) == shard)
             if not missing:
                 return
             await asyncio.sleep(0.1)
@@ -198,3 +199,10 @@ class ShardWork:
         self._leading = False
         await self.capabilities.stop()
         await self.mqtt.follow()
+
+
+def unheard(device_ids: Iterable[str], fleet: Fleet, in_shard: Callable[[str], bool]) -> list[str]:
+    """The devices of a shard whose retained contract or presence has not come in yet. Both are needed: the
+    contract arrives first, and a device whose `online` was not heard yet would be judged offline."""
+    return [d for d in device_ids if in_shard(d)
+            and ((rt := fleet.get(d)) is None or rt.contract is None or rt.online is None)]
