@@ -32,6 +32,7 @@ import pytest
 from corral.api.codes import GROUP, VERSION
 from corral.client.intents import submit
 from corral.devcluster.plane import Plane
+from corral.reconcile.intents.execute import new_command_id
 from tests.controller_harness import ControllerProcess, finals
 from tests.fleet_harness import Watcher, hardware_applies, running_fleet
 from tests.harness import grant, healthz, wait_for
@@ -243,18 +244,27 @@ def test_a_frozen_leader_sends_nothing_after_its_deadline_and_resumes_as_a_follo
 
         # Nothing of its epoch while it was frozen past its deadline. A command it had handed to its MQTT client
         # just before the freeze is written when it resumes (no check-then-send closes that gap: the device's
-        # epoch does), so one may arrive after the thaw; the hardware below acted once all the same.
+        # epoch does): such a command may arrive after the thaw, only for an Intent it was executing when frozen
+        # (made before the freeze), and the hardware below acted once all the same. Nothing else of its own.
+        in_flight = {new_command_id(uid) for uid in _uids(admin, namespace, list(before))}
         late = [(round(at - deadline, 2), d, c.get("id")) for at, d, c in commands(setup.watcher, deadline)
                 if same_epoch(c.get("epoch"), leader)]
-        assert all(at > thawed - deadline for at, _d, _c in late), \
-            f"the frozen leader's epoch reached the broker after its renew deadline, while frozen: {late}"
+        assert all(at > thawed - deadline and command_id in in_flight for at, _d, command_id in late), \
+            f"the frozen leader's epoch reached the broker after its renew deadline (while frozen, or new): {late}"
         stray = [(d, c.get("id"), c.get("epoch")) for _at, d, c in commands(setup.watcher, thawed)
-                 if not same_epoch(c.get("epoch"), successor)]
+                 if not same_epoch(c.get("epoch"), successor)
+                 and not (same_epoch(c.get("epoch"), leader) and c.get("id") in in_flight)]
         assert not stray, f"commands after the thaw not from the new leader: {stray}"
         assert set(setup.ended(before).values()) == {"EXECUTED"}
         setup.applied_once(before, 33)
         setup.applied_once(during, 44)
         setup.applied_once(after, 55)
+
+
+def _uids(admin: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> list[str]:
+    objects = kubernetes.client.CustomObjectsApi(admin)
+    return [objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", n)["metadata"]["uid"]
+            for n in names]
 
 
 def _statuses(admin: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> dict[str, str]:
