@@ -21,7 +21,7 @@ from corral.reconcile.devices.reconciler import DeviceReconciler
 from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.doors import Doors, NotOwned
 from corral.reconcile.intents.execute import new_command_id
-from corral.reconcile.intents.facts import name_of, status_of, uid_of, value_of
+from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, uid_of, value_of
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
 
@@ -81,7 +81,7 @@ class ShardWork:
             # Not ours (any more): what was handed over here is decided again by the owner (requeued on acquire).
             self.intents.executor.handovers.ready.pop(device_key, None)
             return Result.done()
-        shard = self.doors.shard(device_id) if device_id else 0
+        shard = self._shard(device_id)
         self._executing[shard] = self._executing.get(shard, 0) + 1
         try:
             return await self.intents.executor.reconcile(device_key)
@@ -103,23 +103,33 @@ class ShardWork:
             await self.lead()
         await self._redelivered()
         await self._heard(shard)
-        pinned = self._pin_inherited(shard)
+        unfinished = self._unfinished(shard)
+        pinned = self._pin_inherited(unfinished)
         self.doors.waiting.discard(shard)
         for known in {*self.devices.device_ids(), *(rt.device_id for rt in self.fleet.values())}:
             if self.doors.shard(known) == shard:
                 self.queue.add(known)
-        resumed = 0
+        for key, _intent, _device_id in unfinished:
+            self.intents.decisions.add(key)
+        log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up (%d with their command "
+                 "pinned)", shard, len(unfinished), pinned)
+
+    def _unfinished(self, shard: int) -> list[tuple[Key, StoredIntent, str | None]]:
+        """The shard's Intents not ended yet, with their device's id (None: no Device, the leader's, shard 0)."""
+        found = []
         for key, intent in self.intents.intents.items():
             if status_of(intent).phase in FINAL_PHASES:
                 continue
             device_id = self.doors.device_id(key[0], intent.spec.device)
-            if (self.doors.shard(device_id) if device_id else 0) == shard:
-                self.intents.decisions.add(key)
-                resumed += 1
-        log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up (%d with their command "
-                 "pinned)", shard, resumed, pinned)
+            if self._shard(device_id) == shard:
+                found.append((key, intent, device_id))
+        return found
 
-    def _pin_inherited(self, shard: int) -> int:
+    def _shard(self, device_id: str | None) -> int:
+        """The shard whose holder answers for the device; work on no readable Device is the leader's."""
+        return self.doors.shard(device_id) if device_id else 0
+
+    def _pin_inherited(self, unfinished: list[tuple[Key, StoredIntent, str | None]]) -> int:
         """As `IntentController.prime` at a restart, for a shard taken over: an Intent the previous owner may have
         been executing (any not ended nor awaiting approval: this replica cannot read the other's audit log) may have had its
         target applied and its command sent. Its command is pinned with the Intent's own id before the devices are
@@ -129,12 +139,10 @@ class ShardWork:
         later), and the hardware would act twice. Not the target as cached: the cache may lag. A pin the Intent
         never uses (decided otherwise) is released when it ends."""
         pinned = 0
-        for key, intent in self.intents.intents.items():
+        for _key, intent, device_id in unfinished:
             status, value = status_of(intent), value_of(intent)
-            device_id = self.doors.device_id(key[0], intent.spec.device)
             # Not one that waits for a person: its pin would hold the actuator for as long.
-            if status.phase in FINAL_PHASES or status.phase == "AwaitingApproval" or value is None or device_id is None \
-                    or intent.spec.dry_run or self.doors.shard(device_id) != shard:
+            if status.phase == "AwaitingApproval" or value is None or device_id is None or intent.spec.dry_run:
                 continue
             self.port.pin(device_id, intent.spec.actuator, value, status.command_id or new_command_id(uid_of(intent)),
                           name_of(intent), None)
