@@ -19,13 +19,15 @@ if TYPE_CHECKING:
     from corral.api.intent import Intent
     from corral.api.interlock import Interlock
     from corral.api.pause import AgentPause
+    from corral.api.rule import Rule
 
     KINDS: tuple[type[Resource], ...]
 
 _MODELS = {"Approval": "approval", "Capability": "capability", "AuditCheckpoint": "checkpoint", "Device": "device",
-           "ApprovalGrant": "grant", "Intent": "intent", "Interlock": "interlock", "AgentPause": "pause"}
+           "ApprovalGrant": "grant", "Intent": "intent", "Interlock": "interlock", "AgentPause": "pause",
+           "Rule": "rule"}
 _KIND_ORDER = ("Device", "Capability", "Intent", "Approval", "AuditCheckpoint", "Interlock", "ApprovalGrant",
-               "AgentPause")
+               "AgentPause", "Rule")
 
 
 def __getattr__(name: str) -> Any:
@@ -36,4 +38,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'corral.api' has no attribute {name!r}")
 
 
-__all__ = ["KINDS", "AgentPause", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock"]
+__all__ = ["KINDS", "AgentPause", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock", "Rule"]

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, Groups, JsonValue, KubeModel, Resource, Text512, Text1024
 from corral.api.codes import DecisionCode, Phase
+from corral.api.durations import Duration, seconds_of
 from corral.contract.allowlist import ActionKind
 from corral.contract.model import IDENTIFIER_PATTERN, Risk
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     IntentAction = str
 else:
     IntentAction = Literal[(*get_args(ActionKind), "read", *OVERLAY_ACTIONS, *LEASE_ACTIONS)]
+
+# The longest timed hold: beyond a day, a "hold" is a standing change and should be one.
+MAX_HOLD_S: Final = 86400
 
 # For a dry run: what the Intent would do, had it been a real one.
 WouldDo = Literal["execute", "await_approval", "await_hold", "final"]
@@ -106,6 +110,27 @@ class IntentSpec(KubeModel):
         description="Run every check and record the outcome it would have, executing nothing. Immutable like the "
                     "rest of the spec, so a dry-run Intent can never run.",
     )
+    hold_for: Duration | None = Field(
+        default=None,
+        description=("A timed hold: once executed, keep the value this long (e.g. 20m, at most 24h), then the controller "
+                     "puts back the value from before (or `then`) as a new decision in the requester's name. A "
+                     "later change of the actuator by someone else cancels it. Actuating actions only."),
+    )
+    then: Params | None = Field(
+        default=None, description="With holdFor: the value to set when the hold runs out, instead of the one from before."
+    )
+
+    @model_validator(mode="after")
+    def _held_only_when_acting(self) -> IntentSpec:
+        if self.hold_for is None:
+            if self.then is not None:
+                raise ValueError("then is the value after a hold: it needs holdFor")
+            return self
+        if self.action in NO_PARAMS_ACTIONS or self.action in OVERLAY_ACTIONS:
+            raise ValueError(f"holdFor is for actions that set an actuator; {self.action} sets none")
+        if not 0 < seconds_of(self.hold_for) <= MAX_HOLD_S:
+            raise ValueError(f"holdFor must be more than 0 and at most {MAX_HOLD_S // 3600}h, not {self.hold_for}")
+        return self
 
     @model_validator(mode="after")
     def _params_unless_read(self) -> IntentSpec:
@@ -136,6 +161,29 @@ class AuditCitation(KubeModel):
     seq: int = Field(ge=1, description="The decision record's sequence number in the audit log.")
     hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] = Field(
         description="SHA-256 of the decision record's line; `corral audit verify --against-cluster` checks it."
+    )
+
+
+HoldState = Literal["Pending", "Reverted", "Failsafe", "Cancelled", "Refused", "Failed"]
+
+
+class HoldStatus(KubeModel):
+    """A timed hold: what is put back when, and what became of it. Written only by the controller."""
+
+    until: datetime = Field(description="When the hold runs out and the value is put back.")
+    revert_to: JsonValue | None = Field(
+        default=None, description="The value put back: the reported value from before, or spec.then."
+    )
+    state: HoldState = Field(
+        description=("Pending (waiting for `until`), Reverted (put back), Failsafe (an interlock forbade the value "
+                     "from before, so the actuator's failsafe value was set instead), Cancelled (someone else "
+                     "changed the actuator meanwhile), Refused (nothing could be put back safely; see message), "
+                     "Failed (the device did not confirm the revert)."),
+    )
+    message: Text1024 = Field(default="", description="What happened, in a sentence.")
+    ended_at: datetime | None = Field(default=None, description="When the hold ended (reverted, cancelled or refused).")
+    audit: AuditCitation | None = Field(
+        default=None, description="The revert decision's record (intent.reverted) in the controller's audit log."
     )
 
 
@@ -192,6 +240,9 @@ class IntentStatus(KubeModel):
         description="With the final status: the seq and hash of the decision's record in the controller's audit "
                     "log (intent.decided), written with that status. Truncating the log after the newest "
                     "checkpoint cannot hide a decision a client has seen: the log no longer holds what this cites.",
+    )
+    hold: HoldStatus | None = Field(
+        default=None, description="With spec.holdFor, once executed: the pending revert and what became of it."
     )
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
         default_factory=list,

@@ -20,7 +20,8 @@ from pydantic import Field
 from corral.api.base import KubeModel, Resource, Text512, Text1024
 from corral.contract.text import written_text
 
-PAUSE_NAME: Final = "agents"  # the one AgentPause of a namespace
+PAUSE_NAME: Final = "agents"  # the agents' AgentPause of a namespace
+RULES_PAUSE_NAME: Final = "rules"  # the Rules' own switch: the agents' pause does not stop a person's Rules
 
 
 class AgentPauseSpec(KubeModel):
@@ -61,8 +62,9 @@ class AgentPause(Resource):
         {"name": "Enforced", "type": "boolean", "jsonPath": ".status.enforced"},
     ]
     root_validations = [
-        {"rule": f"self.metadata.name == '{PAUSE_NAME}'",
-         "message": f"an AgentPause is named {PAUSE_NAME}: there is one per namespace (corral agents pause -n NS)"},
+        {"rule": f"self.metadata.name in ['{PAUSE_NAME}', '{RULES_PAUSE_NAME}']",
+         "message": f"an AgentPause is named {PAUSE_NAME} (agents: corral agents pause -n NS) or {RULES_PAUSE_NAME} "
+                    "(Rules: corral rules pause -n NS); there is one of each per namespace"},
     ]
 
     kind: Literal["AgentPause"] = "AgentPause"
@@ -79,14 +81,14 @@ class Paused:
     reason: str = ""
     since: datetime | None = None
 
-    def sentence(self) -> str:
+    def sentence(self, what: str = "Agents") -> str:
         since = f" since {self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since is not None else ""
         why = f": {self.reason}" if self.reason else ""
-        return f"Agents are paused in namespace {self.namespace}{since} by {self.by}{why}."
+        return f"{what} are paused in namespace {self.namespace}{since} by {self.by}{why}."
 
-    def resume_hint(self) -> str:
-        return (f"Nothing an agent asks for there runs until a person resumes agents (corral agents resume "
-                f"-n {self.namespace}).")
+    def resume_hint(self, what: str = "agents") -> str:
+        return (f"Nothing {'an agent asks for' if what == 'agents' else 'a Rule does'} there runs until a person "
+                f"resumes {what} (corral {what} resume -n {self.namespace}).")
 
 
 def paused_of(body: Mapping[str, Any] | None) -> Paused | None:

@@ -81,6 +81,9 @@ class Sensor(_Frozen):
     )
 
 
+# An on-time limit shorter than a second is a pulse, not a limit; longer than a day is no limit.
+MAX_ON_MIN_S = 1.0
+MAX_ON_MAX_S = 86400.0
 FAILSAFE_MIN_DELAY_S = 1.0
 FAILSAFE_MAX_DELAY_S = 86400.0
 
@@ -117,6 +120,18 @@ class Actuator(_Frozen):
         default=None,
         description="The value the firmware moves this actuator to once it has not heard the controller for a while.",
     )
+    max_on_seconds: float | None = Field(
+        default=None, ge=MAX_ON_MIN_S, le=MAX_ON_MAX_S,
+        description=("The longest the actuator may stay on (any value but its off value: false, or 'off' for an "
+                     "enum), in seconds. The firmware switches it off itself once that long has passed, controller "
+                     "or not, and says so; the controller refuses a hold longer than this."),
+    )
+    # None, not False, when undeclared: a contract's hash (and so its Capability's name) covers only what it says.
+    hold_required: bool | None = Field(
+        default=None,
+        description=("True: an Intent that switches the actuator on must carry a hold (holdFor) no longer than "
+                     "max_on_seconds, so that it is switched off again by itself."),
+    )
 
     @model_validator(mode="after")
     def _shape_fits_type(self) -> Actuator:
@@ -143,7 +158,23 @@ class Actuator(_Frozen):
             raise ValueError(f"actuator {self.id!r}: a counter cannot go below 0")
         if self.failsafe is not None:
             self._failsafe_fits()
+        if (self.max_on_seconds is not None or self.hold_required) and self.off_value() is None:
+            raise ValueError(f"actuator {self.id!r}: max_on_seconds and hold_required need an off value: type bool "
+                             "(off is false) or an enum with the value 'off'")
         return self
+
+    def off_value(self) -> bool | str | None:
+        """What "off" is for an on-time limit: false for a bool, 'off' for an enum that has it; None otherwise."""
+        if self.type == "bool":
+            return False
+        if self.type == "enum" and self.values is not None and "off" in self.values:
+            return "off"
+        return None
+
+    def is_on(self, value: object) -> bool:
+        """Whether a value of this actuator counts as on, for its on-time limit (anything but its off value)."""
+        off = self.off_value()
+        return off is not None and value != off
 
     def _failsafe_fits(self) -> None:
         # The firmware checks the same (corral_fw.actuators.failsafe_of): a failsafe is a plain target value.

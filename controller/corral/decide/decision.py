@@ -114,6 +114,18 @@ class IntentFacts:
     cancelled: str | None = None  # the requester's reason, once they withdrew it
     holder_id: str | None = None  # which of the requester's clients asks (a lease is held by both together)
     dry_run: bool = False  # only checked, never executed: nobody can approve it
+    hold_for_s: float | None = None  # a timed hold (spec.holdFor): put back after this many seconds
+    rule: RuleOrigin | None = None  # made by a Rule (verified by the controller, never taken from a label alone)
+
+
+@dataclass(frozen=True)
+class RuleOrigin:
+    """The Rule an Intent was made by. The agents' pause does not stop a Rule a person wrote or accepted from an
+    agent's hand only if a person wrote it: an agent's revision obeys the agents' pause too. Every Rule obeys the
+    rules' own pause (`Guards.rules_paused`)."""
+
+    name: str
+    agent_written: bool
 
 
 @dataclass(frozen=True)
@@ -171,6 +183,7 @@ class Guards:
     """
 
     paused: Paused | None = None  # agents are paused in the Intent's namespace (people's Intents still run)
+    rules_paused: Paused | None = None  # Rules are paused there (their own switch, AgentPause `rules`)
     hold: str | None = None  # why the device's changed contract holds it, until a person accepts it
     interlocks: tuple[InterlockVerdict, ...] = ()
     lease: Lease | None = None
@@ -374,10 +387,19 @@ def _rbac_verb(case: Case, working: _Working) -> Decision | None:
 
 
 def _agents_paused(case: Case, working: _Working) -> Decision | None:
-    """The kill switch stops every requester that is not a person; people keep control of their devices."""
-    paused, requester = case.guards.paused, case.intent.requester
+    """The kill switch stops every requester that is not a person; people keep control of their devices. Rules
+    have a switch of their own; a Rule an agent wrote obeys both."""
+    paused, requester, rule = case.guards.paused, case.intent.requester, case.intent.rule
     # Giving control back is never stopped: a paused agent may still release the lease it holds.
-    if paused is None or case.policy.people.includes(requester) or case.intent.action == "release":
+    if case.intent.action == "release":
+        return None
+    rules_paused = case.guards.rules_paused
+    if rule is not None and rules_paused is not None:
+        return _final("DENY_PAUSED", f"Made by Rule {rule.name}: {rules_paused.sentence(what='Rules')} Nothing was "
+                                     f"done. {rules_paused.resume_hint(what='rules')}", working)
+    if rule is not None and not rule.agent_written:
+        return None
+    if paused is None or case.policy.people.includes(requester):
         return None
     return _final("DENY_PAUSED", f"{paused.sentence()} {requester} is not a person, so nothing was done. "
                                  f"{paused.resume_hint()}", working)
