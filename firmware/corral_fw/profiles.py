@@ -5,7 +5,10 @@ a profile says how often it samples (a weight scale samples five times per
 report into its ring buffer) and, for the simulator, around which value a
 sensor reads, which output gates it (no flow through a closed valve) and how
 often an input changes (a door opens every few minutes). A boost adds to a
-reading while an output is on (the SHT30 reads warm while its heater runs).
+reading while an output is on (the SHT30 reads warm while its heater runs);
+a level sensor reads what an enum output's setting draws (a space heater's
+load on low or high, 0 while off). An output is on unless it is false, "off"
+or not yet set.
 
 Sensor defaults by metric: (baseline, jitter, decimals). A reading is the
 baseline plus a mean-reverting random walk with steps up to `jitter`.
@@ -43,6 +46,10 @@ PROFILES = {
         "boosts": {"temperature": ("heater", 3.5)},
     },
     "pet_feeder": {"sensors": {"food_level": {"baseline": 70.0}}},
+    "space_heater": {
+        "levels": {"load": ("power", {"low": 1000.0, "high": 2000.0})},
+        "boosts": {"temperature": ("power", 2.5)},
+    },
 }
 
 

@@ -4,7 +4,9 @@
   by (seed, device id): the same seed gives the same readings on every run and
   on CPython and MicroPython alike. A gated sensor reads 0 while its output is
   off (no load on an open relay, no flow through a closed valve); a boosted one
-  reads higher while its output is on (an SHT30 with its heater running).
+  reads higher while its output is on (an SHT30 with its heater running); a
+  level sensor reads what its output's setting draws (a space heater on low
+  or high). An output counts as on unless it is false, "off" or not yet set.
 - Outputs take the value the firmware applies; `applied` records every call,
   so a test can count executions on the hardware side (and, given a clock,
   `applied_ms` when each happened on its monotonic count).
@@ -18,8 +20,13 @@ from corral_fw.profiles import DEFAULT_BOUNCE_MS, DEFAULT_INPUT_INTERVAL_S, SENS
 from corral_fw.rng import Rng
 
 
+def output_on(value) -> bool:
+    """False, "off" and an output never set are off; any other value (true, "low", "high") is on."""
+    return value is not None and value is not False and value != "off"
+
+
 class SimSensor:
-    def __init__(self, spec: dict, rng: Rng, options: dict, gate, boost=None):
+    def __init__(self, spec: dict, rng: Rng, options: dict, gate, boost=None, level=None):
         metric = spec["metric"]
         default = SENSOR_DEFAULTS.get(metric)
         value_range = spec.get("range")
@@ -34,6 +41,7 @@ class SimSensor:
         self.high = value_range["max"] if value_range else None
         self.gate = gate
         self.boost = boost  # (output, amount): amount added while that output is on
+        self.level = level  # (output, {setting: reading}): reads that setting's figure, 0 for any other
         self.rng = rng
         self.offset = 0.0
         self.held = options.get("value")  # not None: the sensor reads exactly this (a leak probe's True/False)
@@ -42,10 +50,15 @@ class SimSensor:
         self.offset = self.offset * 0.9 + self.rng.uniform(-self.jitter, self.jitter)
         if self.held is not None:
             return self.held
-        if self.gate is not None and not outputs.get(self.gate):
+        if self.gate is not None and not output_on(outputs.get(self.gate)):
             return 0
         value = self.baseline + self.offset
-        if self.boost is not None and outputs.get(self.boost[0]):
+        if self.level is not None:
+            drawn = self.level[1].get(outputs.get(self.level[0]))
+            if drawn is None:
+                return 0
+            value = drawn + self.offset
+        if self.boost is not None and output_on(outputs.get(self.boost[0])):
             value += self.boost[1]
         if self.low is not None:
             value = min(max(value, self.low), self.high)
@@ -69,6 +82,7 @@ class SimBoard:
         p = profile(device_type)
         gates = p.get("gates", {})
         boosts = p.get("boosts", {})
+        levels = p.get("levels", {})
         sensor_options = p.get("sensors", {})
         input_options = p.get("inputs", {})
         self.device_id = device_id
@@ -81,7 +95,8 @@ class SimBoard:
         for spec in contract.get("sensors", []):
             metric = spec["metric"]
             rng = Rng.for_device(seed, device_id, "sensor/" + metric)
-            self.sensors[metric] = SimSensor(spec, rng, sensor_options.get(metric, {}), gates.get(metric), boosts.get(metric))
+            self.sensors[metric] = SimSensor(spec, rng, sensor_options.get(metric, {}), gates.get(metric),
+                                            boosts.get(metric), levels.get(metric))
         self.inputs = {}
         self._input_rng = Rng.for_device(seed, device_id, "inputs")
         self._edges = []  # (t_ms, name, level), in time order

@@ -84,6 +84,22 @@ def test_the_catalog_has_the_devices_the_issue_names() -> None:
     assert portions.type == "counter" and portions.action == "feed"
 
 
+def test_the_relay_and_the_space_heater_declare_on_time_limits() -> None:
+    relay = contract("relay").actuator("relay")
+    # A relay switches an unknown load: bounded to 4 h on, but a hold is not required (issue 32's lead decision).
+    assert relay.max_on_seconds == 4 * 3600 and relay.hold_required is None and relay.off_value() is False
+    heater = contract("space_heater")
+    power = heater.actuator("power")
+    assert power.type == "enum" and power.values == ["off", "low", "high"] and power.action == "set_level"
+    assert (power.risk, power.level, power.hold_required, power.max_on_seconds) == ("high", "write", True, 2 * 3600)
+    assert power.off_value() == "off" and power.failsafe is not None and power.failsafe.value == "off"
+    assert {s.metric for s in heater.sensors} >= {"temperature", "load"}
+    assert all(s.interval_s for s in heater.sensors)
+    # Leak rule parts: the valve closes with false, the probe reads wet or dry.
+    assert contract("water_valve").actuator("open").off_value() is False
+    assert any(s.metric == "wet" for s in contract("leak_probe").sensors)
+
+
 def test_every_actuator_declares_risk_and_level_and_every_device_has_a_config_level_updater() -> None:
     for device_type in FILES:
         data = catalog.contract_for(device_type)

@@ -16,6 +16,7 @@ TYPES = (
     'rgb_light',
     'scale',
     'sht30',
+    'space_heater',
     'thermostat',
     'water_valve',
 )
