@@ -289,7 +289,7 @@ GUARDED = Guards(paused=PAUSED, hold="its new contract lowers the risk of bolt; 
 
 def test_the_pipeline_order_is_pinned_for_the_whole_product() -> None:
     assert [c.name for c in PIPELINE] == [
-        "withdrawn", "rate limit", "device known", "action known", "arguments", "RBAC verb", "agents paused",
+        "withdrawn", "rate limit", "device known", "action known", "arguments", "hold", "RBAC verb", "agents paused",
         "contract hold", "interlocks", "lease", "cited readings", "approval", "device online"]
     assert {"withdrawn", "RBAC verb", "agents paused", "contract hold", "interlocks", "lease"} == RECHECKED
 

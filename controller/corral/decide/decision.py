@@ -4,7 +4,7 @@ The controller gathers the facts (the contract, the device's online state, the S
 answer, the approvals, the safety envelope, the clock) and calls `decide()`, which runs one ordered list
 of checks, `PIPELINE`; the first check that fails decides. The order is pinned for the whole product:
 
-    withdrawn -> rate limit -> device known -> action known -> arguments -> RBAC verb -> agents paused
+    withdrawn -> rate limit -> device known -> action known -> arguments -> hold -> RBAC verb -> agents paused
     -> contract hold -> interlocks -> lease -> cited readings -> approval (or a standing grant) -> device online
 
 Reads (`read`) and the overlay (`set_alias`, `set_note`, `set_location`) change nothing on the device and
@@ -115,6 +115,7 @@ class IntentFacts:
     holder_id: str | None = None  # which of the requester's clients asks (a lease is held by both together)
     dry_run: bool = False  # only checked, never executed: nobody can approve it
     hold_for_s: float | None = None  # a timed hold (spec.holdFor): put back after this many seconds
+    then: object = None  # spec.then.value: what the hold puts back instead of the value from before (None: that)
     rule: RuleOrigin | None = None  # made by a Rule (verified by the controller, never taken from a label alone)
 
 
@@ -374,6 +375,53 @@ def _arguments(case: Case, working: _Working) -> Decision | None:
     return None
 
 
+def _hold(case: Case, working: _Working) -> Decision | None:
+    """The timed hold against the actuator's on-time limits: an argument check (DENY_ARGUMENTS), right after the
+    value's, so a hold that is missing, too long or leaves the actuator on is refused before anyone is asked."""
+    assert working.actuator is not None
+    problem = _hold_problem(case.intent, working.actuator, working.value)
+    return None if problem is None else _final("DENY_ARGUMENTS", problem, working)
+
+
+def _hold_problem(intent: IntentFacts, actuator: Actuator, value: Value) -> str | None:
+    """What is wrong with the Intent's timed hold for this actuator (its on-time limits), if anything."""
+    hold, limit, on = intent.hold_for_s, actuator.max_on_seconds, actuator.is_on(value)
+    where = f"Actuator {actuator.id} of Device {intent.device}"
+    at_most = f" of at most {limit:g} s" if limit is not None else ""
+    if hold is None:
+        if actuator.hold_required and on:
+            stays = (f": its hardware may stay on at most {limit:g} s (maxOnSeconds in its contract)"
+                     if limit is not None else ": its contract says it must never be left on")
+            return (f"{where} requires a hold (holdFor){at_most} to switch it on ({shown(value)}){stays}, so that it "
+                    f"is switched off again by itself. Ask again with holdFor (hold_for_s){at_most}; nothing was "
+                    "done.")
+        return None
+    if actuator.type == "counter" or actuator.action == "set_version":
+        return (f"holdFor keeps a state for a while and then puts the earlier one back; {actuator.action} on "
+                f"{actuator.id} is not a state that can be put back. Ask without holdFor.")
+    if on and limit is not None and hold > limit:
+        return (f"holdFor {hold:g} s is longer than {where.lower()} may stay on: at most {limit:g} s (maxOnSeconds "
+                "in its contract; its hardware switches itself off after that). Ask again with a shorter hold.")
+    if intent.then is None:
+        return None
+    try:
+        then = check(actuator, intent.then)
+    except InvalidValue as err:
+        return f"Invalid then (the value after the hold): {err}."
+    if actuator.hold_required and actuator.is_on(then):
+        return (f"then {shown(then)} would leave {where.lower()} on after the hold, and it requires a hold every time "
+                f"it is switched on. Leave then out, or set it to {shown(actuator.off_value())}.")
+    return None
+
+
+def _no_hold(case: Case, _: _Working) -> Decision | None:
+    """holdFor is for actions that set an actuator (the Intent model refuses it elsewhere; checked here too)."""
+    if case.intent.hold_for_s is None and case.intent.then is None:
+        return None
+    return _final("DENY_ARGUMENTS", f"holdFor and then are for actions that set an actuator; {case.intent.action} "
+                                    "sets none. Ask without them.")
+
+
 def _rbac_verb(case: Case, working: _Working) -> Decision | None:
     if case.requester_may:
         return None
@@ -559,6 +607,7 @@ PIPELINE: tuple[Check, ...] = (
     Check("device known", _device_known),
     Check("action known", _action_known),
     Check("arguments", _arguments),
+    Check("hold", _hold),
     Check("RBAC verb", _rbac_verb),
     Check("agents paused", _agents_paused),
     Check("contract hold", _contract_hold),
@@ -572,6 +621,7 @@ READ_PIPELINE: tuple[Check, ...] = (
     Check("withdrawn", _withdrawn),
     Check("device known", _device_known),
     Check("action known", _readable),
+    Check("arguments", _fixed(_no_hold, "low", "read")),
     Check("RBAC verb", _may_read),
     Check("cited readings", _fixed(_cited_readings, "low", "read")),
     Check("device online", _fixed(_device_online, "low", "read")),
@@ -580,6 +630,7 @@ OVERLAY_PIPELINE: tuple[Check, ...] = (
     Check("withdrawn", _withdrawn),
     Check("device known", _device_present),
     Check("arguments", _overlay_text),
+    Check("no hold", _fixed(_no_hold, "low", OVERLAY_VERB)),
     Check("RBAC verb", _may_annotate),
     Check("agents paused", _fixed(_agents_paused, "low", OVERLAY_VERB)),
 )
@@ -590,6 +641,9 @@ def _lease_arguments(case: Case, working: _Working) -> Decision | None:
     if intent.actuator != LEASE_ACTUATOR:
         return _final("DENY_ARGUMENTS", f"{intent.action} acts on the lease: actuator must be {LEASE_ACTUATOR!r}.",
                       "low", level)
+    held = _no_hold(case, working)
+    if held is not None:
+        return replace(held, risk="low", level=level)
     if intent.action != "acquire":
         return None
     ttl = intent.value if intent.value is not None else int(policy.lease_ttl.total_seconds())
@@ -635,7 +689,7 @@ LEASE_PIPELINE: tuple[Check, ...] = (
 )
 # Checks that only establish what is asked (they cannot change after the request), and the ones whose facts
 # can change while a request waits for a human.
-RESOLVING = frozenset({"device known", "action known", "arguments"})
+RESOLVING = frozenset({"device known", "action known", "arguments", "hold"})
 RECHECKED = frozenset({"withdrawn", "RBAC verb", "agents paused", "contract hold", "interlocks", "lease"})
 
 
