@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def actuator(name: str) -> Actuator:
     return found
 
 
-def ask(actuator_id: str = "power", value: object = "high", action: str = "set_level", **changes: object) -> IntentFacts:
+def ask(actuator_id: str = "power", value: object = "high", action: str = "set_level", **changes: Any) -> IntentFacts:
     base = IntentFacts(uid="u-1", name="warm-1", device="heater", actuator=actuator_id, action=action, value=value,
                        requester="system:serviceaccount:home:agent", created_at=NOW - timedelta(seconds=1))
     return replace(base, **changes)
@@ -104,7 +105,7 @@ def test_the_pending_hold_puts_back_then_or_the_value_from_before_and_never_on_f
     assert hold.revert_to == "off" and "requires a hold every time" in hold.message
 
 
-def facts(**changes: object) -> HoldFacts:
+def facts(**changes: Any) -> HoldFacts:
     base = HoldFacts(intent="lamp-1", device="heater", actuator_id="light", held=True, revert_to=False,
                      target=TargetNow(True, True, "corral-intents", "lamp-1"), later=None, actuator=actuator("light"))
     return replace(base, **changes)

@@ -383,7 +383,7 @@ def _hold(case: Case, working: _Working) -> Decision | None:
     return None if problem is None else _final("DENY_ARGUMENTS", problem, working)
 
 
-def _hold_problem(intent: IntentFacts, actuator: Actuator, value: Value) -> str | None:
+def _hold_problem(intent: IntentFacts, actuator: Actuator, value: Value | None) -> str | None:
     """What is wrong with the Intent's timed hold for this actuator (its on-time limits), if anything."""
     hold, limit, on = intent.hold_for_s, actuator.max_on_seconds, actuator.is_on(value)
     where = f"Actuator {actuator.id} of Device {intent.device}"
