@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from corral.api.codes import API_VERSION, CANCEL_ANNOTATION
+from corral.api.durations import seconds_of
 from corral.api.intent import Intent, IntentSpec, IntentStatus, Params
 from corral.contract.values import InvalidValue, check
 from corral.decide.decision import DeviceFacts, IntentFacts, Observation
@@ -106,6 +107,8 @@ def facts_of(intent: StoredIntent, view: DeviceView | None, labels: dict[str, st
         cancelled=(meta.annotations or {}).get(CANCEL_ANNOTATION),
         holder_id=spec.holder_id,
         dry_run=spec.dry_run,
+        hold_for_s=seconds_of(spec.hold_for) if spec.hold_for is not None else None,
+        then=spec.then.value if spec.then is not None else None,
     )
     device = DeviceFacts(
         exists=view is not None and view.exists,
