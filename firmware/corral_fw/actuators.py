@@ -219,6 +219,34 @@ def failsafe_of(actuator: Actuator):
     return applied, int(delay * 1000)
 
 
+MAX_ON_MIN_S = 1
+MAX_ON_MAX_S = 86400
+
+
+def off_value_of(actuator: Actuator):
+    """What "off" is for an on-time limit: False for a bool, "off" for an enum listing it; None: no off value."""
+    if actuator.type == "bool":
+        return False
+    if actuator.type == "enum" and "off" in actuator.spec.get("values", ()):
+        return "off"
+    return None
+
+
+def max_on_of(actuator: Actuator):
+    """The actuator's on-time limit from its contract as (off value, limit_ms), or None; ValueError when it is not
+    one. The same rules as the controller's contract model: 1 to 86400 seconds, on an actuator with an off value."""
+    limit = actuator.spec.get("max_on_seconds")
+    if limit is None:
+        return None
+    where = "actuator '" + actuator.id + "': max_on_seconds "
+    if not is_number(limit) or not MAX_ON_MIN_S <= limit <= MAX_ON_MAX_S:
+        raise ValueError(where + "must be a number of seconds from 1 to 86400, not " + show(limit))
+    off = off_value_of(actuator)
+    if off is None:
+        raise ValueError(where + "needs an off value: type bool, or an enum with the value 'off'")
+    return off, int(limit * 1000)
+
+
 def make_actuator(spec: dict, firmware_version: str = "", counter_total: int = 0) -> Actuator:
     kind = spec["type"]
     if kind == "bool":

@@ -65,7 +65,7 @@ class GpioBoard:
         pin = self._outputs.get(actuator_id)
         if pin is None:
             raise ValueError("no output pin for '" + actuator_id + "'")
-        pin.value(1 if value else 0)
+        pin.value(1 if value and value != "off" else 0)  # an enum's "off" is off too (a heater's power)
 
     def input_level(self, name):
         return self._level(name) if name in self._inputs else None

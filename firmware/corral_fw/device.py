@@ -9,7 +9,8 @@ owner calls
     on_connect()                after every (re)connect: subscribe, retained info, retained online
     on_message(topic, payload, retained=False)
                                 for every message received: commands -> acks; the controller's heartbeat
-    tick(now_ms) -> next_ms     sensors, telemetry, debounced events, failsafes; call again at next_ms
+    tick(now_ms) -> next_ms     sensors, telemetry, debounced events, failsafes, on-time limits; call again at
+                                next_ms
                                 (after a message, next_wakeup(now_ms) may be sooner: a heartbeat re-arms
                                 the failsafe clock)
     shutdown()                  before a clean disconnect: retained offline (a Will fires only on loss)
@@ -21,6 +22,15 @@ value `failsafe`. The countdown runs from boot until a first heartbeat arrives: 
 controller fails safe as well. A retained message never counts as a heartbeat; the controller's Last Will
 (`{"state": "gone"}`) only names the cause, since the clock already runs from the last heartbeat. A
 heartbeat ends the loss; the device never restores the old value itself (the controller drives it again).
+
+On-time limits (docs/protocol.md, "On-time limits"): an actuator whose contract declares `max_on_seconds` is
+switched to its off value (false, or "off" for an enum) once it has been on that long without going off, on the
+device's own monotonic clock, controller or not, and the device says so in a `state` event with value `max_on`
+(and a `max_on` record per actuator in that event and in every ack until the actuator is set again). The clock
+starts when the actuator goes from off to any on value (a command, a local change, a failsafe, or boot in an on
+value) and stops only when it goes off: a repeated on command, or a change between on values (low -> high), does
+not restart it, so the limit bounds continuous on-time whoever asks. If the hardware does not move, the device
+reports the error and tries again every minute (sooner for a shorter limit).
 
 Epoch (docs/protocol.md, "Epoch"): with several controller replicas, a command may carry `"epoch": int`, the
 sending replica's hold on the device (its Lease's acquire time, in ms). The device keeps the highest epoch it has
@@ -37,7 +47,7 @@ A board has `read(metric)`, `apply(actuator_id, value, units)`,
 
 import json
 
-from corral_fw.actuators import Refused, failsafe_of, make_actuator, show
+from corral_fw.actuators import Refused, failsafe_of, make_actuator, max_on_of, show
 from corral_fw.debounce import DEFAULT_QUIET_MS, Debouncer
 from corral_fw.dedup import DEFAULT_SIZE, AckCache
 from corral_fw.ringbuf import RingBuffer
@@ -57,6 +67,8 @@ MAX_HEARTBEAT_BYTES = 512
 EPOCH = "epoch"
 STALE_EPOCH = "stale_epoch"  # the ack field saying which epoch was refused and which one the device holds
 FAILSAFE = "failsafe"
+MAX_ON = "max_on"  # the on-time limit's word: the state event's value, the field in events and acks
+LIMIT_RETRY_MS = 60000  # an actuator that did not move at its limit is tried again this often (at most)
 # What the device knew of the controller when a failsafe was applied.
 CONTROLLER_UNSEEN = "unseen"  # no heartbeat since boot
 CONTROLLER_SILENT = "silent"  # heartbeats stopped, no word why (a hung controller, a cut link)
@@ -128,6 +140,21 @@ class Device:
         self._tripped = {}  # actuator id -> True: its failsafe was handled during the current loss
         self.failsafe_state = {}  # actuator id -> why it sits at its failsafe value (until set again)
 
+        # On-time limits: (actuator, off value, limit_ms) from the contract (checked like the failsafes).
+        self._limits = []
+        self._limit_of = {}
+        for actuator in self.actuators:
+            limit = max_on_of(actuator)
+            if limit is not None:
+                self._limits.append((actuator, limit[0], limit[1]))
+                self._limit_of[actuator.id] = limit
+        self._on_since = {}  # actuator id -> clock.ms() when it went on (absent: off)
+        self._limit_retry = {}  # actuator id -> when to try again an off that failed
+        self.max_on_state = {}  # actuator id -> the limit switched it off (until set again)
+        now = clock.ms()
+        for actuator, _off, _limit_ms in self._limits:
+            self._track_on(actuator, now)
+
         self.metrics = [s["metric"] for s in contract.get("sensors", [])]
         self.samples_per_report = samples_per_report
         self.sample_ms = max(1, telemetry_ms // samples_per_report)
@@ -156,6 +183,7 @@ class Device:
         self.event_seq = 0
         self.heartbeats = 0
         self.failsafes_applied = 0
+        self.limits_applied = 0  # actuators switched off by their on-time limit
         self.stale_epochs = 0  # commands refused because a newer controller epoch had been seen
 
         self.epoch = None  # the highest controller epoch seen since boot (RAM only; None: none yet)
@@ -273,6 +301,8 @@ class Device:
             return self._error(command_id, "actuator '" + actuator.id + "' failed: " + str(failure))
         actuator.apply(applied)
         self.failsafe_state.pop(actuator.id, None)  # set again: no longer at its failsafe value for a loss
+        self.max_on_state.pop(actuator.id, None)
+        self._track_on(actuator, self.clock.ms())
         self.executions += 1
         if actuator.type == "counter":
             self._save_counters()
@@ -292,6 +322,8 @@ class Device:
             ack[STALE_EPOCH] = {"sent": stale[0], "seen": stale[1]}
         if self.failsafe_state:
             ack[FAILSAFE] = self.failsafe_state
+        if self.max_on_state:
+            ack[MAX_ON] = self.max_on_state
         return json.dumps(ack)
 
     def _error(self, command_id, message: str) -> str:
@@ -305,13 +337,16 @@ class Device:
         self.board.apply(actuator.id, applied, actuator.units_for(applied))
         actuator.apply(applied)
         self.failsafe_state.pop(actuator.id, None)
+        self.max_on_state.pop(actuator.id, None)
+        self._track_on(actuator, self.clock.ms())
         self.local_changes += 1
         if actuator.type == "counter":
             self._save_counters()
         self._publish_state("local")
 
-    def _publish_state(self, cause: str, failsafe=None) -> None:
-        """The full state; with `failsafe` (actuator id -> why) when actuators sit at failsafe values."""
+    def _publish_state(self, cause: str, failsafe=None, max_on=None) -> None:
+        """The full state; with `failsafe` (actuator id -> why) when actuators sit at failsafe values, and
+        `max_on` when their on-time limit switched them off."""
         self.event_seq += 1
         event = {"ts": self.clock.epoch_ms(), "event": STATE_EVENT, "value": cause, "seq": self.event_seq,
                  "state": self.state()}
@@ -319,6 +354,10 @@ class Device:
             failsafe = self.failsafe_state
         if failsafe:
             event[FAILSAFE] = failsafe
+        if max_on is None:
+            max_on = self.max_on_state
+        if max_on:
+            event[MAX_ON] = max_on
         self._publish(self.topic_event, json.dumps(event), False, QOS_RELIABLE)
 
     # The controller's heartbeat and the failsafe -----------------------------------------
@@ -370,7 +409,54 @@ class Device:
             actuator.apply(value)
             self.failsafes_applied += 1
             self.failsafe_state[actuator.id] = record
+            self.max_on_state.pop(actuator.id, None)
+            self._track_on(actuator, now_ms)
             self._publish_state(FAILSAFE)
+
+    # On-time limits ---------------------------------------------------------------------
+
+    def _track_on(self, actuator, now_ms: int) -> None:
+        """Start the on-time clock when a limited actuator goes on; stop it when it goes off. Staying on (a
+        repeated command, another on value) leaves it running: the limit bounds continuous on-time."""
+        limit = self._limit_of.get(actuator.id)
+        if limit is None:
+            return
+        if actuator.value == limit[0]:
+            self._on_since.pop(actuator.id, None)
+            self._limit_retry.pop(actuator.id, None)
+        elif actuator.id not in self._on_since:
+            self._on_since[actuator.id] = now_ms
+
+    def _limit_due(self, actuator_id: str, limit_ms: int):
+        since = self._on_since.get(actuator_id)
+        if since is None:
+            return None
+        retry = self._limit_retry.get(actuator_id)
+        return since + limit_ms if retry is None else retry
+
+    def _check_limits(self, now_ms: int) -> None:
+        for actuator, off, limit_ms in self._limits:
+            due = self._limit_due(actuator.id, limit_ms)
+            if due is None or now_ms < due:
+                continue
+            record = {"value": off, "on_ms": now_ms - self._on_since[actuator.id],
+                      "max_on_s": actuator.spec["max_on_seconds"], "ts": self.clock.epoch_ms()}
+            try:
+                self.board.apply(actuator.id, off, actuator.units_for(off))
+            except Exception as failure:
+                self.errors += 1
+                self._limit_retry[actuator.id] = now_ms + min(limit_ms, LIMIT_RETRY_MS)
+                record["error"] = "actuator '" + actuator.id + "' failed: " + str(failure)
+                failed = dict(self.max_on_state)
+                failed[actuator.id] = record
+                self._publish_state(MAX_ON, None, failed)
+                continue
+            actuator.apply(off)
+            self.limits_applied += 1
+            self.failsafe_state.pop(actuator.id, None)  # off now, whatever the failsafe had set
+            self.max_on_state[actuator.id] = record
+            self._track_on(actuator, now_ms)
+            self._publish_state(MAX_ON)
 
     def _save_counters(self) -> None:
         if self.store is None:
@@ -387,6 +473,8 @@ class Device:
         """Do what is due at now_ms; returns when the next thing will be due."""
         if self._failsafes:
             self._check_failsafes(now_ms)
+        if self._limits:
+            self._check_limits(now_ms)
         if self.metrics and now_ms >= self._next_sample:
             self._sample()
             self._samples_taken += 1
@@ -419,6 +507,10 @@ class Device:
         for actuator, _value, delay_ms in self._failsafes:
             if actuator.id not in self._tripped and self._heard_ms + delay_ms < wake:
                 wake = self._heard_ms + delay_ms
+        for actuator, _off, limit_ms in self._limits:
+            due = self._limit_due(actuator.id, limit_ms)
+            if due is not None and due < wake:
+                wake = due
         return wake
 
     def _sample(self) -> None:

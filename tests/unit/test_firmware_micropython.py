@@ -3,7 +3,7 @@
 The official MicroPython WebAssembly port (npm: @micropython/micropython-webassembly-pyscript,
 pinned in firmware/package.json and installed by scripts/bootstrap with `npm ci`)
 runs under Node. It imports every core module and runs every test of
-test_firmware_core.py, test_firmware_failsafe.py and test_firmware_epoch.py, the same files pytest runs on CPython.
+test_firmware_core.py, test_firmware_failsafe.py, test_firmware_max_on.py and test_firmware_epoch.py, the same files pytest runs on CPython.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.unit import test_firmware_core, test_firmware_epoch, test_firmware_failsafe
+from tests.unit import test_firmware_core, test_firmware_epoch, test_firmware_failsafe, test_firmware_max_on
 
 REPO = Path(__file__).resolve().parents[2]
 FIRMWARE = REPO / "firmware"
@@ -64,6 +64,12 @@ def test_the_core_tests_pass_on_micropython() -> None:
 def test_the_failsafe_tests_pass_on_micropython() -> None:
     """The heartbeat countdown and the failsafe (test_firmware_failsafe.py), on the interpreter boards run."""
     _every_test_passes_on_micropython(test_firmware_failsafe)
+
+
+def test_the_on_time_limit_tests_pass_on_micropython() -> None:
+    """The on-time limit (test_firmware_max_on.py): the relay and the heater go off by themselves, on the
+    interpreter boards run."""
+    _every_test_passes_on_micropython(test_firmware_max_on)
 
 
 def test_the_epoch_tests_pass_on_micropython() -> None:
