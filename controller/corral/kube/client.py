@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -91,16 +91,20 @@ class AsyncApi:
                 if setting.get("in") == "header" and setting.get("value")}
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-                      body: Any = None, content_type: str = JSON) -> Body:
+                      body: Any = None, content_type: str = JSON, impersonate: Sequence[tuple[str, str]] = ()
+                      ) -> Body:
+        """`impersonate`: Impersonate-User and Impersonate-Group headers (a group header repeats, one per group), for
+        a call made in another identity's name (a Rule's Intents, in its ServiceAccount's)."""
         session = self._open()
         headers = self._auth()
         data = None
         if body is not None:
             data = json.dumps(body, separators=(",", ":"))
             headers["Content-Type"] = content_type
+        sent: dict[str, str] | list[tuple[str, str]] = [*headers.items(), *impersonate] if impersonate else headers
         for attempt in range(1, RETRIES + 1):
             async with session.request(method, self._url(path), params=params, data=data,
-                                       headers=headers) as response:
+                                       headers=sent) as response:
                 content = await response.read()
                 status, retry_after, reason = response.status, response.headers.get("Retry-After"), response.reason
             if status not in _UNAVAILABLE or attempt == RETRIES:

@@ -9,6 +9,7 @@ API server (access reviews, grantors' rights) or reads the controller's state ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -21,6 +22,7 @@ from corral.decide.decision import (
     Guards,
     IntentFacts,
     Policy,
+    RuleOrigin,
     decide,
 )
 from corral.decide.decision import recheck as judge_again
@@ -85,11 +87,14 @@ class Gatherer:
         self.interlocks = interlocks  # the cross-device rules (None: none are watched)
         self.leases = leases  # exclusive control of Devices (None: no Lease objects are watched, none hold)
         self.pauses = pauses  # the agents kill switch of each namespace (None: agents are never paused)
+        # The Rule that made an Intent, verified by the Rule controller (never a label alone); None: no Rule did.
+        self.origin_of: Callable[[StoredIntent], RuleOrigin | None] = lambda intent: None
 
     async def gather(self, intent: StoredIntent, view: DeviceView | None) -> Gathered:
         """The facts for deciding the Intent."""
         namespace, labels = namespace_of(intent), device_labels(view)
         facts, device = facts_of(intent, view, labels)
+        facts = replace(facts, rule=self.origin_of(intent))
         requester_may = await self.requester_may(facts, device, namespace, intent.spec.requester_groups)
         approvals = await self.approvals_for(intent, facts.device)
         digest = params_hash(namespace, spec_body(intent))
@@ -109,6 +114,7 @@ class Gatherer:
     async def recheck(self, intent: StoredIntent, view: DeviceView) -> Decision | None:
         """Scope, pause, hold, interlocks and lease, once more: an approval may have taken minutes."""
         facts, device = facts_of(intent, view, device_labels(view))
+        facts = replace(facts, rule=self.origin_of(intent))
         requester_may = await self.requester_may(facts, device, namespace_of(intent), intent.spec.requester_groups)
         return judge_again(facts, device, requester_may, datetime.now(UTC), self.guards(intent, view), self.policy)
 
@@ -162,13 +168,15 @@ class Gatherer:
         namespace, spec = namespace_of(intent), intent.spec
         hold = view.hold if view is not None else None
         paused = self.pauses.paused(namespace) if self.pauses is not None else None
+        rules_paused = self.pauses.rules_paused(namespace) if self.pauses is not None else None
         lease, broken = self.leases.guard(namespace, spec.device) if self.leases is not None else (None, None)
         if self.interlocks is None or view is None or not self.kinds.of(spec.action).interlocked:
-            return Guards(hold=hold, lease=lease, broken=broken, paused=paused)
+            return Guards(hold=hold, lease=lease, broken=broken, paused=paused, rules_paused=rules_paused)
         checked = checked_value(view, intent)
         value = checked if checked is not None else value_of(intent)
         verdicts = self.interlocks.verdicts(namespace, view.body, spec.actuator, value, self.devices.view)
-        return Guards(hold=hold, interlocks=verdicts, lease=lease, broken=broken, paused=paused)
+        return Guards(hold=hold, interlocks=verdicts, lease=lease, broken=broken, paused=paused,
+                      rules_paused=rules_paused)
 
     def evidence(self, facts: IntentFacts, device: DeviceFacts) -> Evidence:
         own = device.device_id or ""
