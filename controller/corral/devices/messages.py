@@ -87,6 +87,32 @@ _CONTROLLER_SAID = {"gone": "the controller's Last Will said it was gone", "sile
 Failsafes = Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN)], FailsafeReport], Field(max_length=64)]
 
 
+class MaxOnReport(_Wire):
+    """The firmware switched an actuator off by its on-time limit (max_on_seconds), with no controller involved."""
+
+    value: StateValue | None = None  # the off value it went to
+    on_ms: Annotated[int, Field(ge=0)] | None = None  # how long it had been on
+    max_on_s: Annotated[float, Field(ge=0)] | None = None  # the limit its firmware was built with
+    ts: Annotated[int, Field(ge=0)] | None = None
+    error: Annotated[str | None, BeforeValidator(_error_text)] = None  # the actuator did not move
+
+    def cause(self, actuator: str) -> str:
+        """In words: "relay -> false after 4.0 h on (its on-time limit is 4.0 h)"."""
+        on = f" after {_span(self.on_ms / 1000)} on" if self.on_ms is not None else ""
+        limit = f" (its on-time limit is {_span(self.max_on_s)})" if self.max_on_s is not None else ""
+        text = f"{actuator} -> {json.dumps(self.value)}{on}{limit}"
+        return text + (f", but it did not move: {self.error}" if self.error else "")
+
+
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+MaxOnReports = Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN)], MaxOnReport], Field(max_length=64)]
+
+
 def _or_none(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """A field that says more than the ack needs: dropped when malformed, so the ack itself is never lost."""
     try:
@@ -108,6 +134,7 @@ class Ack(_Wire):
     state: State = Field(default_factory=dict)
     clamped: Clamped | None = None
     failsafe: Failsafes = Field(default_factory=dict)  # actuators at their failsafe value since a lost heartbeat
+    max_on: Annotated[MaxOnReports | None, WrapValidator(_or_none)] = None  # switched off by their on-time limit
     # Set on a refusal because a newer controller epoch reached the device first (docs/protocol.md, "Epoch").
     stale_epoch: Annotated[StaleEpoch | None, WrapValidator(_or_none)] = None
 
@@ -130,6 +157,7 @@ class DeviceEvent(_Wire):
     seq: int | None = None
     state: State | None = None
     failsafe: Failsafes = Field(default_factory=dict)
+    max_on: Annotated[MaxOnReports | None, WrapValidator(_or_none)] = None
 
 
 def load_json(payload: bytes) -> Any:

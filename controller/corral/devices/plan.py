@@ -51,11 +51,12 @@ class Plan:
     superseded: list[PinnedCommand] = field(default_factory=list)  # pins the target no longer asks for
     held: list[str] = field(default_factory=list)  # actuators left alone until an Intent's pin counts
     left: list[str] = field(default_factory=list)  # at a failsafe value, their target too old to drive again
+    limited: list[str] = field(default_factory=list)  # switched off by their on-time limit: not switched on again
 
     @property
     def in_sync(self) -> bool:
         return (not self.commands and not self.invalid and not self.drifted and not self.bump_epoch and not self.held
-                and not self.left)
+                and not self.left and not self.limited)
 
 
 def command_id(uid: str, generation: int, epoch: int, actuator: str) -> str:
@@ -75,6 +76,7 @@ def plan(
     pinned: Sequence[PinnedCommand] = (),
     held: frozenset[str] = frozenset(),
     leave: frozenset[str] = frozenset(),
+    limited: frozenset[str] = frozenset(),
 ) -> Plan:
     """Commands for every targeted actuator whose reported value differs, and for every pinned command.
 
@@ -84,6 +86,8 @@ def plan(
     Device): nothing is sent for them until it is, so the Intent's command goes out with its own id.
     `leave` names actuators the firmware moved to their failsafe value whose target is too old to drive again
     by itself: nothing is sent for them (an Intent's pinned command still is).
+    `limited` names actuators the firmware switched off by their on-time limit while their target is on: a
+    re-drive would undo the limit, so nothing is sent for them either (an Intent's pinned command still is).
     """
     draft = _Draft()
     pins: dict[str, list[PinnedCommand]] = {}
@@ -105,6 +109,9 @@ def plan(
             draft.commands += [Command(p.id, actuator_id, actuator.action, value) for p in matching]
             continue
         if same_value(reported.get(actuator_id), value):
+            continue
+        if actuator_id in limited:
+            draft.limited.append(actuator_id)
             continue
         if actuator_id in leave:
             draft.left.append(actuator_id)
@@ -141,11 +148,12 @@ class _Draft:
     superseded: list[PinnedCommand] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
+    limited: list[str] = field(default_factory=list)
 
     def plan(self, drift: Literal["Enforce", "Observe"]) -> Plan:
         if drift == "Enforce" and self.drifted:
             # Nothing is sent until the new epoch is on record; then the caller plans again.
             return Plan(invalid=self.invalid, drifted=self.drifted, bump_epoch=True, superseded=self.superseded,
-                        held=self.held, left=self.left)
+                        held=self.held, left=self.left, limited=self.limited)
         return Plan(commands=self.commands, invalid=self.invalid, drifted=self.drifted, superseded=self.superseded,
-                    held=self.held, left=self.left)
+                    held=self.held, left=self.left, limited=self.limited)

@@ -299,6 +299,7 @@ class Ingest:
         self._touch(rt)
         if ack.state:
             rt.failsafe = dict(ack.failsafe)  # every ack carries the full state, and which of it is a failsafe's
+            rt.max_on = dict(ack.max_on or {})  # ... and which of it an on-time limit switched off
         self.driver.on_ack(rt.device_id, ack)
 
     def _on_telemetry(self, rt: DeviceRuntime, payload: bytes) -> None:
@@ -317,10 +318,13 @@ class Ingest:
         if event.state is not None:
             # The device reports its whole state after a local change, a restart or a failsafe.
             rt.failsafe = dict(event.failsafe)
+            rt.max_on = dict(event.max_on or {})
             changed = rt.report(dict(event.state))
             cause = f"the device reported its state ({event.value})"
             if event.value == "failsafe":
                 cause += ": " + "; ".join(r.cause(a) for a, r in sorted(event.failsafe.items()))
+            elif event.value == "max_on":
+                cause += ": " + "; ".join(r.cause(a) for a, r in sorted((event.max_on or {}).items()))
             self.notices.state_changed(rt, changed, cause)
             self.queue.add(rt.device_id)
 

@@ -36,6 +36,7 @@ from corral.reconcile.devices.failsafes import Failsafes
 from corral.reconcile.devices.holds import TargetHolds
 from corral.reconcile.devices.listening import Listening
 from corral.reconcile.devices.notices import DeviceNotices, as_json
+from corral.reconcile.devices.onlimits import OnTimeLimits
 from corral.reconcile.devices.runtime import DeviceRuntime, Fleet
 from corral.reconcile.devices.status import recorded, waiting_status
 from corral.reconcile.devices.trust import ContractTrust
@@ -60,7 +61,8 @@ class DeviceReconciler:
         self.listening = listening
         self.failsafes = Failsafes(config, notices)
         self.holds = TargetHolds(notices, interlocks, view_of, leased)
-        self.writer = StatusWriter(config, kube, devices, self.failsafes, self.holds)
+        self.limits = OnTimeLimits(notices)
+        self.writer = StatusWriter(config, kube, devices, self.failsafes, self.holds, self.limits)
         self.admission = Admission(config, kube, trust, notices, recorder, self.writer)
 
     async def reconcile(self, device_id: str) -> Result:
@@ -113,6 +115,7 @@ class DeviceReconciler:
             return Result.done()
         self._announce_plan(rt, device, result)
         self.failsafes.announce(rt, device)
+        self.limits.announce(rt, device)
         if result.bump_epoch:
             # The new epoch must be on record before a command carries it (see devices.plan).
             rt.command_epoch = command_epoch(rt, device) + 1
@@ -151,7 +154,7 @@ class DeviceReconciler:
         result = plan(rt.contract, dict[str, object](target), rt.reported, uid=uid, generation=generation, epoch=epoch,
                       drift=device.spec.drift, reached=frozenset(reached), pinned=[p.command for p in pins],
                       held=self.driver.expectations.held(rt.device_id, generation),
-                      leave=frozenset(self.failsafes.too_old(rt, device)))
+                      leave=frozenset(self.failsafes.too_old(rt, device)), limited=self.limits.limited(rt, device))
         for gone in result.superseded:
             for pin in pins:
                 if pin.command_id == gone.id:

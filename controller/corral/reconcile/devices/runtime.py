@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.contract.model import Contract
-from corral.devices.messages import FailsafeReport
+from corral.devices.messages import FailsafeReport, MaxOnReport
 from corral.devices.telemetry import EarlyWrites, SensorBuffer
 
 # The latest `info` and `status` of device ids the controller does not drive yet: an id no Device binds
@@ -54,6 +54,8 @@ class DeviceRuntime:
     state_known: bool = False
     # Actuators the firmware moved to their failsafe value (heartbeat lost), as its last full report said.
     failsafe: dict[str, FailsafeReport] = field(default_factory=dict)
+    # Actuators the firmware switched off by their on-time limit (max_on_seconds), as its last full report said.
+    max_on: dict[str, MaxOnReport] = field(default_factory=dict)
     buffer: SensorBuffer = field(default_factory=SensorBuffer)
     # Actuators that reached their target for (uid, generation, epoch); a later difference is drift.
     reached_for: tuple[str, int, int] | None = None

@@ -59,6 +59,7 @@ class Observed:
     interlocks: tuple[GuardingInterlock, ...] = ()  # the rules that guard the device
     interlocked: tuple[InterlockedTarget, ...] = ()  # targets an interlock forbade: not driven
     failsafe: tuple[str, str] | None = None  # (reason, message) while actuators sit at failsafe values
+    max_on: tuple[str, str] | None = None  # (reason, message) while the device reports on-time limits that acted
     lease_held: str | None = None  # targets not driven while another holds the Device's lease: what the condition says
 
 
@@ -93,6 +94,10 @@ def sync_verdict(result: Plan | None, online: bool, failures: int) -> Verdict:
         return Verdict(False, "FailsafeTargetTooOld",
                        f"{', '.join(result.left)} stayed at the failsafe value: the target is older than the "
                        "re-drive age and is not driven again by itself (condition Failsafe).")
+    if result.limited:
+        return Verdict(False, "OnTimeLimit",
+                       f"{', '.join(result.limited)} switched off by its on-time limit: the target is not driven "
+                       "again by itself (condition OnTimeLimit).")
     if result.drifted:
         return Verdict(False, "Drifted",
                        f"{', '.join(result.drifted)} changed on the device; drift policy Observe leaves it.")
@@ -156,7 +161,7 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
 
 def _held_conditions(observed: Observed, previous: DeviceStatus | None, verdict: Verdict, wanted: list[Wanted]
                      ) -> Verdict:
-    """The conditions Interlocked, Leased and Failsafe (appended to `wanted`), and the verdict they leave: a held
+    """The conditions Interlocked, Leased, Failsafe and OnTimeLimit (appended to `wanted`), and the verdict they leave: a held
     target keeps a device that is otherwise at its target from being in sync."""
     generation = observed.generation
     before = previous.conditions if previous else []
@@ -179,6 +184,12 @@ def _held_conditions(observed: Observed, previous: DeviceStatus | None, verdict:
         wanted.append(Wanted("Failsafe", "True", observed.failsafe[0], observed.failsafe[1], generation))
     elif any(c.type == "Failsafe" and c.status == "True" for c in before):
         wanted.append(Wanted("Failsafe", "False", "Cleared", "No actuator sits at its failsafe value.", generation))
+    if observed.max_on is not None:
+        wanted.append(Wanted("OnTimeLimit", "True", observed.max_on[0], observed.max_on[1], generation))
+    elif any(c.type == "OnTimeLimit" and c.status == "True" for c in before):
+        wanted.append(Wanted("OnTimeLimit", "False", "Cleared",
+                             "No actuator is reported switched off by its on-time limit since it was last set.",
+                             generation))
     return verdict
 
 

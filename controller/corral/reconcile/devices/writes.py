@@ -1,7 +1,7 @@
 """A Device's status, built from what the controller knows now and written only when it changed.
 
 `status.py` holds the pure rules (conditions, coalescing); this is their I/O side: gather the facts from the
-runtime, the plan, the guards and the failsafes into `status.Observed`, ask `status.to_write` whether the record
+runtime, the plan, the guards, the failsafes and the on-time limits into `status.Observed`, ask `status.to_write` whether the record
 already says it, and write with server-side apply. The answer goes into the cache at once, so the controller
 never reacts to its own write when its watch event comes.
 """
@@ -19,6 +19,7 @@ from corral.reconcile.config import ControllerConfig
 from corral.reconcile.devices.cache import DeviceCache, device_id_of, key_of_device
 from corral.reconcile.devices.failsafes import Failsafes
 from corral.reconcile.devices.holds import TargetHolds
+from corral.reconcile.devices.onlimits import OnTimeLimits
 from corral.reconcile.devices.runtime import DeviceRuntime
 from corral.reconcile.devices.status import (
     Observed,
@@ -51,12 +52,13 @@ class StatusWriter:
     doors: Doors = OPEN  # the controller's, set where it is wired: only the device's owner writes its status
 
     def __init__(self, config: ControllerConfig, kube: Kube, devices: DeviceCache, failsafes: Failsafes,
-                 holds: TargetHolds) -> None:
+                 holds: TargetHolds, limits: OnTimeLimits | None = None) -> None:
         self.config = config
         self.kube = kube
         self.devices = devices
         self.failsafes = failsafes
         self.holds = holds
+        self.limits = limits or OnTimeLimits(failsafes.notices)
 
     def status(self, rt: DeviceRuntime, device: Device, result: Plan | None,
                interlocked: tuple[InterlockedTarget, ...] | None = None, lease_held: str | None = None
@@ -88,6 +90,7 @@ class StatusWriter:
             interlocks=self.holds.guarding(device),
             interlocked=interlocked,
             failsafe=self.failsafes.condition(rt, device) if accepted else None,
+            max_on=self.limits.condition(rt, device) if accepted else None,
             lease_held=lease_held,
         )
         return device_status(observed, previous, now())
