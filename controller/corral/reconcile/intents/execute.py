@@ -49,6 +49,7 @@ from corral.reconcile.intents.facts import (
     uid_of,
 )
 from corral.reconcile.intents.gather import Gatherer
+from corral.reconcile.intents.holds import HoldReverts, held, pending, wire_hold
 from corral.reconcile.intents.outcomes import Outcomes
 from corral.reconcile.intents.settings import AUDIT_RECHECK_S, MESSAGE_LIMIT, IntentSettings
 
@@ -66,6 +67,7 @@ class Ready:
 
     key: Key
     decision: Decision | None
+    revert: bool = False  # a final Intent whose timed hold ran out: its revert (holds.py), not its execution
 
 
 @dataclass(eq=False)
@@ -91,11 +93,11 @@ class Handovers:
         self.queue: WorkQueue[Key] = WorkQueue("executions")  # keys are (namespace, device name)
         self.ready: dict[Key, list[Ready]] = {}
 
-    def hand_over(self, key: Key, intent: StoredIntent, decision: Decision | None) -> None:
+    def hand_over(self, key: Key, intent: StoredIntent, decision: Decision | None, revert: bool = False) -> None:
         device_key = (key[0], intent.spec.device)
         ready = self.ready.setdefault(device_key, [])
         if all(r.key != key for r in ready):
-            ready.append(Ready(key, decision))
+            ready.append(Ready(key, decision, revert))
         self.queue.add(device_key)
 
     def handed_over(self, key: Key, intent: StoredIntent) -> bool:
@@ -107,7 +109,7 @@ class ExecutionReconciler:
 
     def __init__(self, settings: IntentSettings, handovers: Handovers, intents: TypedCache[StoredIntent],
                  devices: DevicePort, outcomes: Outcomes, gatherer: Gatherer, effects: Effects, audit: AuditLog,
-                 decisions: WorkQueue[Key]) -> None:
+                 decisions: WorkQueue[Key], reverts: HoldReverts) -> None:
         self.settings = settings
         self.handovers = handovers
         self.intents = intents
@@ -117,6 +119,7 @@ class ExecutionReconciler:
         self.effects = effects
         self.audit = audit
         self.decisions = decisions  # the Intent queue: an executed Intent is reconciled again there
+        self.reverts = reverts  # timed holds that ran out: put back on this queue, so they never race an Intent
         self._later: dict[str, LaterWrite] = {}  # the Executing writes not yet settled, by Intent uid
 
     async def reconcile(self, device_key: Key) -> Result:
@@ -125,7 +128,7 @@ class ExecutionReconciler:
         while ready:
             item = ready[0]
             intent = self.intents.get(item.key)
-            if intent is not None and status_of(intent).phase not in FINAL_PHASES:
+            if intent is not None and (pending(intent) if item.revert else status_of(intent).phase not in FINAL_PHASES):
                 try:
                     await self._run(item, intent)
                 finally:
@@ -142,7 +145,7 @@ class ExecutionReconciler:
                 "corral.intent.execute", context=tracing.context_of(self.outcomes.traces.of(trace_source(intent))),
                 attributes={"corral.intent": name_of(intent)}):
             try:
-                await self._execute(intent, item.decision)
+                await (self.reverts.revert(intent) if item.revert else self._execute(intent, item.decision))
             except Unwritable:
                 self.decisions.add_after(item.key, AUDIT_RECHECK_S)  # it waits, and says why
             except NotOwned as refused:
@@ -231,9 +234,12 @@ class ExecutionReconciler:
         await asyncio.wait([later.task])
 
     async def _finish(self, intent: StoredIntent, view: DeviceView | None, code: DecisionCode, message: str,
-                      extra: dict[str, Any]) -> None:
+                      extra: dict[str, Any], noted: dict[str, Any] | None = None) -> None:
         await self._settle_executing(uid_of(intent))
-        await self.outcomes.finish(intent, view, code, message, extra)
+        if noted is None:
+            await self.outcomes.finish(intent, view, code, message, extra)
+        else:
+            await self.outcomes.finish(intent, view, code, message, extra, noted)
 
     async def _drive(self, intent: StoredIntent, view: DeviceView, value: Any, command_id: str,
                      decision: Decision | None) -> None:
@@ -288,7 +294,10 @@ class ExecutionReconciler:
         before = status_of(intent).before or {}
         changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
         what = ", ".join(f"{k} {shown(b)} -> {shown(a)}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
+        hold = held(intent, view, value, before)
         await self._finish(intent, view, "EXECUTED",
                            f"{spec.action} {spec.actuator}={shown(value)} done; the device acknowledged "
-                           f"command {command_id} ({what})" + (" after a restart." if resumed else "."),
-                           {"before": before, "after": after})
+                           f"command {command_id} ({what})" + (" after a restart." if resumed else ".")
+                           + (f" {hold['message']}" if hold else ""),
+                           {"before": before, "after": after, "hold": hold},
+                           {"hold": wire_hold(hold)} if hold else None)

@@ -186,7 +186,7 @@ class Outcomes:
                   "before": data.get("before"), "after": data.get("after"), "risk": data.get("risk"),
                   "level": data.get("level"), "params_hash": data.get("paramsHash"),
                   "command_id": data.get("commandId"), "device_error": data.get("deviceError"),
-                  "decided_at": recorded.at.replace(microsecond=0), "audit": audit}
+                  "hold": data.get("hold"), "decided_at": recorded.at.replace(microsecond=0), "audit": audit}
         log.info("Intent %s: its decision (audit seq %d) is restored from the audit log", name_of(intent),
                  recorded.seq)
         written = await self.write(intent, {k: v for k, v in status.items() if v is not None}, "restored")
@@ -226,11 +226,14 @@ class Outcomes:
 
     async def housekeep(self, intent: StoredIntent) -> Result:
         """A decided Intent is deleted when its retention is over (`--intent-retention`, an hour; a dry run's, ten
-        minutes). Its records stay in the audit log, where a replay of its name is still answered from
+        minutes), counted from the end of its timed hold if it had one (one still Pending never gets here). Its records stay in the audit log, where a replay of its name is still answered from
         (audit.requests)."""
-        decided = status_of(intent).decided_at
+        status = status_of(intent)
+        decided = status.decided_at
         if decided is None:
             return Result.done()
+        if status.hold is not None and status.hold.ended_at is not None:
+            decided = max(decided, status.hold.ended_at)  # kept as long after its hold ended as after a decision
         age = datetime.now(UTC) - decided
         ttl = self.kept_for(intent)
         if age < ttl:

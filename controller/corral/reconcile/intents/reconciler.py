@@ -1,7 +1,8 @@
 """The Intent reconciler: one entry point, `reconcile(key)`, on the Intent queue.
 
 An Intent moves Pending -> (AwaitingApproval ->) Executing -> Succeeded, or ends Denied/Failed with one code.
-`reconcile` first settles what is on record (a final Intent is only kept until its time is up; one the audit
+`reconcile` first settles what is on record (a final Intent is only kept until its time is up, and until its
+timed hold ran out, holds.py; one the audit
 log holds a decision for gets that decision; one recorded as executing is resumed; one that replays a name used
 within the idempotency window, by an Intent since deleted, is answered DEDUP or DENY_ID_CONFLICT from the audit
 log, replays.py), then runs the pipeline:
@@ -36,6 +37,7 @@ from corral.reconcile.intents.effects import Effects
 from corral.reconcile.intents.execute import Handovers
 from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, trace_source, uid_of
 from corral.reconcile.intents.gather import Gathered, Gatherer
+from corral.reconcile.intents.holds import HoldReverts, pending
 from corral.reconcile.intents.malformed import MalformedIntents
 from corral.reconcile.intents.outcomes import Outcomes
 from corral.reconcile.intents.replays import Replays
@@ -49,7 +51,8 @@ class IntentReconciler:
 
     def __init__(self, intents: TypedCache[StoredIntent], devices: DevicePort, audit: AuditLog,
                  recorded: DecisionIndex, outcomes: Outcomes, gatherer: Gatherer, effects: Effects,
-                 dispatch: Dispatch, handovers: Handovers, malformed: MalformedIntents, replays: Replays) -> None:
+                 dispatch: Dispatch, handovers: Handovers, malformed: MalformedIntents, replays: Replays,
+                 reverts: HoldReverts) -> None:
         self.intents = intents
         self.devices = devices
         self.audit = audit
@@ -61,6 +64,7 @@ class IntentReconciler:
         self.handovers = handovers
         self.malformed = malformed
         self.replays = replays  # a name used within the idempotency window, by an Intent since deleted
+        self.reverts = reverts  # timed holds (holds.py)
 
     async def reconcile(self, key: Key) -> Result:
         intent = self.intents.get(key)
@@ -77,6 +81,13 @@ class IntentReconciler:
 
     async def _reconcile(self, key: Key, intent: StoredIntent) -> Result:
         phase = status_of(intent).phase
+        if phase in FINAL_PHASES and pending(intent):
+            # A timed hold: kept (never housekept) until it runs out, then put back on its Device's queue.
+            waiting = self.reverts.due(intent)
+            if waiting is None:
+                self.handovers.hand_over(key, intent, None, revert=True)
+                return Result.done()
+            return waiting
         if phase in FINAL_PHASES:
             return await self.outcomes.housekeep(intent)
         if self.handovers.handed_over(key, intent):

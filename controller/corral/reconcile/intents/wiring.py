@@ -39,6 +39,7 @@ from corral.reconcile.intents.execute import ExecutionReconciler, Handovers
 from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, uid_of, value_of
 from corral.reconcile.intents.gather import Gatherer
 from corral.reconcile.intents.grants import Grants
+from corral.reconcile.intents.holds import HoldReverts
 from corral.reconcile.intents.kinds import Kinds
 from corral.reconcile.intents.lease import Lease
 from corral.reconcile.intents.malformed import MalformedIntents, meta_of
@@ -81,11 +82,12 @@ class IntentController:
                       Lease(self.outcomes, leases, audit))
         gatherer = Gatherer(settings.policy, access, devices, self.approvals, self.grants, self.requests, kinds,
                             interlocks, leases, pauses)
+        reverts = HoldReverts(settings, kube, devices, self.intents, self.outcomes, gatherer)
         self.executor = ExecutionReconciler(settings, handovers, self.intents, devices, self.outcomes, gatherer,
-                                            effects, audit, self.decisions)
+                                            effects, audit, self.decisions, reverts)
         self.reconciler = IntentReconciler(self.intents, devices, audit, recorded, self.outcomes, gatherer, effects,
                                            Dispatch(self.outcomes, kinds, on_awaiting), handovers, self.malformed,
-                                           Replays(self.names, self.outcomes))
+                                           Replays(self.names, self.outcomes), reverts)
 
     @property
     def executions(self) -> WorkQueue[Key]:
