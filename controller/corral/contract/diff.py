@@ -2,7 +2,9 @@
 
 `contract_diff` tells every change; `wording_changes` only those of the words people and agents read and of
 what the device reports (names, descriptions, units, the sensor and event lists), which `contract.trust`
-holds for a person like any widening. Device text in these lines is quoted and cut: it is data.
+holds for a person like any widening; `limit_widenings` the on-time limit changes that give an actuator more
+time on (a raised or removed `max_on_seconds`, a dropped `hold_required`), held the same way, while a lowered or
+added limit and an added `hold_required` are narrowing. Device text in these lines is quoted and cut: it is data.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from corral.contract.model import Contract
+from corral.contract.model import Actuator, Contract
 
 _IGNORED = {"device_id", "signature"}
 # How much of a changed text a hold reason quotes: enough to recognise it; the whole is in the diff's Event.
@@ -46,6 +48,19 @@ def wording_changes(old: Contract, new: Contract) -> list[str]:
     lines += _list_changes("sensor", {s.metric: s for s in old.sensors}, {s.metric: s for s in new.sensors},
                            ignore=frozenset({"interval_s"}))
     lines += _list_changes("event", {e.name: e for e in old.events}, {e.name: e for e in new.events})
+    return lines
+
+
+def limit_widenings(before: Actuator, after: Actuator) -> list[str]:
+    """Where `after` lets the actuator stay on longer, or be switched on without a hold, than `before` did."""
+    lines = []
+    old, new = before.max_on_seconds, after.max_on_seconds
+    if old is not None and new is None:
+        lines.append(f"max_on_seconds removed (was {old:g} s: nothing switches it off by itself any more)")
+    elif old is not None and new is not None and new > old:
+        lines.append(f"max_on_seconds raised ({old:g} -> {new:g} s: it may stay on longer)")
+    if before.hold_required and not after.hold_required:
+        lines.append("hold_required dropped (an Intent may switch it on without a hold)")
     return lines
 
 

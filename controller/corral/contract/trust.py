@@ -6,17 +6,18 @@ credential) could declare `risk: low` for a lock. The cluster therefore keeps tw
 - **Risk floors**, from the controller's configuration (never from the Device or its contract): per device
   model, per model and actuator, per Device, or per Device and actuator. The effective risk of an action
   is the highest of the contract's and every floor that applies; a contract can raise risk, never lower it.
-- **Contract holds**: a changed contract that asks for more trust than the one a person accepted (risk
-  lowered, an actuator added, a range widened, enum values added, an action, type, level, unit or step
-  changed, the model changed, or anything else about an actuator) holds the Device until a person accepts
-  it. So does a change of the words people and agents read (the product name, an actuator's name or
-  description) and of what the device reports (its sensor and event lists, units and descriptions): they
-  steer how people and agents judge the device, and every changed contract is a new Capability, so a
-  device re-announcing new words each time would otherwise mint cluster-wide objects at will. Narrowing
-  changes (an actuator removed, a range narrowed, new firmware with the same contract otherwise) are
-  accepted by themselves. A sensor's publish interval counts by what it does to the freshness limit of cited
-  readings (contract.freshness): lengthened, it is held; shortened, it is not; declared where a contract had
-  none, it is held only if readings would count as fresh for longer than the cluster's default allowed.
+- **Contract holds**: a changed contract that asks for more trust than the one a person accepted (risk lowered,
+  an actuator added, a range widened, enum values added, an action, type, level, unit or step changed, the
+  model changed, an on-time limit raised or removed or a required hold dropped, or anything else about an
+  actuator) holds the Device until a person accepts it. So does a change of the words people and agents read
+  (the product name, an actuator's name or description) and of what the device reports (its sensor and event
+  lists, units and descriptions): they steer how people and agents judge the device, and every changed contract
+  is a new Capability, so a device re-announcing new words each time would otherwise mint cluster-wide objects
+  at will. Narrowing changes (an actuator removed, a range narrowed, an on-time limit lowered or added, a hold
+  required where it was not, new firmware with the same contract otherwise) are accepted by themselves. A
+  sensor's publish interval counts by what it does to the freshness limit of cited readings
+  (contract.freshness): lengthened, it is held; shortened, it is not; declared where a contract had none, it is
+  held only if readings would count as fresh for longer than the cluster's default allowed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from corral.contract.diff import wording_changes
+from corral.contract.diff import limit_widenings, wording_changes
 from corral.contract.freshness import DEFAULT_RULE, FreshnessRule
 from corral.contract.model import Actuator, Contract, Risk
 
@@ -131,8 +132,10 @@ def _actuator_widenings(before: Actuator, after: Actuator) -> list[str]:
         reasons.append(f"step changed ({before.step} -> {after.step})")
     if after.unit != before.unit:
         reasons.append(f"unit changed ({before.unit or '-'} -> {after.unit or '-'})")
+    reasons += limit_widenings(before, after)
     # Words (name, description) are judged with the contract's other words (contract.diff.wording_changes).
-    known = {"risk", "level", "action", "type", "range", "values", "step", "unit", "id", "name", "description"}
+    known = {"risk", "level", "action", "type", "range", "values", "step", "unit", "id", "name", "description",
+             "max_on_seconds", "hold_required"}
     old, new = before.model_dump(exclude_none=True), after.model_dump(exclude_none=True)
     for name in sorted((old.keys() | new.keys()) - known):
         if old.get(name) != new.get(name):

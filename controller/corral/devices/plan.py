@@ -110,11 +110,8 @@ def plan(
             continue
         if same_value(reported.get(actuator_id), value):
             continue
-        if actuator_id in limited:
-            draft.limited.append(actuator_id)
-            continue
-        if actuator_id in leave:
-            draft.left.append(actuator_id)
+        if actuator_id in limited or actuator_id in leave:
+            (draft.limited if actuator_id in limited else draft.left).append(actuator_id)
             continue
         if actuator_id in reached:
             draft.drifted.append(actuator_id)
