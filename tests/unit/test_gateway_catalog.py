@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.gateway.access import Access
 from corral.gateway.tools.control import Control, DeviceTool
 from corral.gateway.toolset import Grants, catalog, device_tools, fixed_tools
 from corral.gateway.visible import VisibleDevice
@@ -20,6 +21,7 @@ class View:
     namespaces: frozenset[str]
     device_tools_on: bool = False
     memo: dict[str, Any] = field(default_factory=dict)
+    access: Access = field(default_factory=Access)  # no rights on Rules: no iot.rules.* tools
 
     def visible(self) -> list[VisibleDevice]:
         return self.devices

@@ -5,6 +5,13 @@ The controller consumes one use per Intent, atomically (a write that fails if an
 read the grant), before the Intent executes; it checks the grantor's `approve` right again at every use and
 never lets a grant cover a critical-risk action. Revoking is deleting the grant.
 
+A grant to a Rule's ServiceAccount is voided when someone edits a Rule that acts as it (a new generation after
+the first): the edit may have changed what the grant ends up letting run. The controller records it in
+`status.voided` (which Rule, which revision, why, and the audit record) and the grant covers nothing from then
+on. A person renews it by granting anew (`corral grants renew NAME` makes the same grant in their name, with the
+uses left, and revokes the voided one): the spec is immutable, so a renewal is a grant of its own, made and
+checked like any other.
+
 A grant must say what it covers: Devices by name or by a selector with at least one label or requirement
 (`selector: {}` counts as none), and a list of values or a numeric range. The API server refuses any other
 (an unbounded grant once covered a high-risk lock Intent); the controller, for a grant made before that rule,
@@ -19,6 +26,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from corral.api.base import DNS_LABEL, Groups, JsonValue, KubeModel, Resource, Text512, Text1024
+from corral.api.intent import AuditCitation
 from corral.api.interlock import LabelSelector
 from corral.contract.model import IDENTIFIER_PATTERN
 
@@ -113,6 +121,17 @@ class GrantUse(KubeModel):
     at: datetime = Field(description="When the use was consumed.")
 
 
+class GrantVoided(KubeModel):
+    """The Rule revision that voided the grant; from then on it covers nothing until a person grants anew."""
+
+    rule: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = Field(description="The Rule that was edited.")
+    generation: int = Field(ge=1, description="The Rule's revision (metadata.generation) that voided it.")
+    author: Annotated[str, Field(max_length=512)] = Field(default="", description="Who wrote that revision.")
+    at: datetime = Field(description="When the controller voided it.")
+    message: Text1024 = Field(default="", description="Why, and how a person renews it.")
+    audit: AuditCitation | None = Field(default=None, description="The audit record of the revision (rule.revised).")
+
+
 class ApprovalGrantStatus(KubeModel):
     """How much of the grant is used; written only by the controller, one use at a time."""
 
@@ -121,6 +140,10 @@ class ApprovalGrantStatus(KubeModel):
         default_factory=list, description="The Intents that used it, oldest first."
     )
     message: Text1024 = Field(default="", description="The last use, or why the grant no longer covers anything.")
+    voided: GrantVoided | None = Field(
+        default=None, description="Set when an edit of a Rule acting as the requester voided the grant: it covers "
+                                  "nothing from then on (renew: corral grants renew NAME)."
+    )
 
 
 class ApprovalGrant(Resource):
@@ -137,6 +160,7 @@ class ApprovalGrant(Resource):
         {"name": "Uses", "type": "integer", "jsonPath": ".spec.uses"},
         {"name": "Used", "type": "integer", "jsonPath": ".status.used"},
         {"name": "Expires", "type": "string", "format": "date-time", "jsonPath": ".spec.expiresAt"},
+        {"name": "Voided-By", "type": "string", "jsonPath": ".status.voided.rule"},
         {"name": "Actuators", "type": "string", "jsonPath": ".spec.actuators", "priority": 1},
     ]
 

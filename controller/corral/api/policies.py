@@ -19,6 +19,12 @@ An `ApprovalGrant` must list the values it covers or give a range (its Devices a
 
 `AgentPause.spec.by` is the username of whoever writes it, on every create and update: who paused or
 resumed agents is on the object, and cannot be claimed for someone else.
+
+A `Rule` acts as its ServiceAccount, so writing one must not lend anybody more than they hold (no escalation
+through a Rule). Every create, and every update that changes the spec, must name its writer as `spec.author`, and
+the writer must hold the `impersonate` verb (or `use`, see `_rule_policy`) on that ServiceAccount, `write` on the
+Device of every action and `read` on every input. Accepting an agent's revision (annotation corral.dev/accepted)
+names the generation accepted and the person accepting, exactly, and needs the `approve` verb on that Rule.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 from corral.api.codes import CANCEL_ANNOTATION, GROUP, TRACEPARENT_ANNOTATION, VERSION
 from corral.api.grant import VALUES_REQUIRED
+from corral.api.rule import ACCEPTED_ANNOTATION
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 
@@ -189,6 +196,59 @@ def _grant_bounds_policy(name: str) -> list[dict[str, Any]]:
     return _policy(name, "approvalgrants", [(rule, f"'{VALUES_REQUIRED}'")])
 
 
+def _rule_policy(name: str) -> list[dict[str, Any]]:
+    """Who may write a Rule, and accept one.
+
+    The ServiceAccount: `impersonate` lets its holder act as the account in every way, directly; `use` is
+    accepted as well because it is the narrower grant a person can give ("may name it in Rules", nothing more):
+    a Rule written with `use` still cannot do more than its writer, since the writer needs `write` on every
+    Device it sets. Verbs beyond `write` (an actuator of level `config`) come from the contract, which the API
+    server cannot read; the controller checks those when the Rule acts (as its ServiceAccount)."""
+    accepted = ACCEPTED_ANNOTATION
+    variables = [
+        ("specChanged", "request.operation == 'CREATE' || object.spec != oldObject.spec"),
+        ("accepted", f"object.metadata.?annotations[?'{accepted}'].orValue('')"),
+        ("acceptedBefore", f"oldObject == null ? '' : oldObject.metadata.?annotations[?'{accepted}'].orValue('')"),
+        ("account", "authorizer.group('').resource('serviceaccounts').namespace(object.metadata.namespace)"
+                    ".name(object.spec.serviceAccountName)"),
+        ("unwritable", "object.spec.actions.map(a, a.device).filter(d, !authorizer.group('corral.dev')"
+                       ".resource('devices').namespace(object.metadata.namespace).name(d).check('write').allowed())"),
+        ("unreadable", "object.spec.inputs.filter(d, !authorizer.group('corral.dev').resource('devices')"
+                       ".namespace(object.metadata.namespace).name(d).check('read').allowed())"),
+        ("acceptance", "string(object.metadata.generation) + ':' + request.userInfo.username"),
+    ]
+    rules = [
+        ("!variables.specChanged || object.spec.author == request.userInfo.username",
+         "'spec.author must be your own username: you are \"' + request.userInfo.username + '\" but the Rule says \"' "
+         "+ object.spec.author + '\". Whoever writes a revision of a Rule is its author; set spec.author to \"' + "
+         "request.userInfo.username + '\".'"),
+        ("!variables.specChanged || variables.account.check('impersonate').allowed() || "
+         "variables.account.check('use').allowed()",
+         "'you (' + request.userInfo.username + ') may not name ServiceAccount ' + object.spec.serviceAccountName + "
+         "': a Rule acts as its ServiceAccount, so writing one needs the impersonate or use verb on serviceaccounts/' "
+         "+ object.spec.serviceAccountName + ' in ' + object.metadata.namespace + '. Name a ServiceAccount you may "
+         "use, or ask a person to let you use this one.'"),
+        ("!variables.specChanged || size(variables.unwritable) == 0",
+         "'you (' + request.userInfo.username + ') lack the write verb on devices ' + "
+         "variables.unwritable.join(', ') + ' (corral.dev): a Rule may only set Devices its writer may write.'"),
+        ("!variables.specChanged || size(variables.unreadable) == 0",
+         "'you (' + request.userInfo.username + ') lack the read verb on devices ' + "
+         "variables.unreadable.join(', ') + ' (corral.dev): a Rule may only watch Devices its writer may read.'"),
+        ("variables.accepted == variables.acceptedBefore || variables.accepted == variables.acceptance",
+         f"'annotation {accepted} must be exactly \"' + variables.acceptance + '\" (the generation you accept, and "
+         "your own username), but it says \"' + variables.accepted + '\". Accept with corral rules accept ' + "
+         "object.metadata.name + '.'"),
+        ("variables.accepted == variables.acceptedBefore || authorizer.group('corral.dev').resource('rules')"
+         ".namespace(object.metadata.namespace).name(object.metadata.name).check('approve').allowed()",
+         f"'accepting a revision of a Rule (annotation {accepted}) needs the approve verb on rules/' + "
+         "object.metadata.name + ' (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
+         "approver to run corral rules accept ' + object.metadata.name + '.'"),
+    ]
+    policy, binding = _policy(name, "rules", rules)
+    policy["spec"]["variables"] = [{"name": key, "expression": expression} for key, expression in variables]
+    return [policy, binding]
+
+
 def admission_policies() -> list[dict[str, Any]]:
     return [
         *_policy("corral-intent-requester", "intents", [*_identity_rules("Intent", "requester", "An"), _cancel_rule(),
@@ -199,4 +259,5 @@ def admission_policies() -> list[dict[str, Any]]:
         *_accept_contract_policy("corral-device-accept-contract"),
         *_freshness_policy("corral-device-freshness"),
         *_pause_policy("corral-agents-pause-by"),
+        *_rule_policy("corral-rule-writer"),
     ]

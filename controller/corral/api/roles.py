@@ -4,6 +4,12 @@ The Helm chart ships the same rules (charts/corral/templates/user-roles.yaml; a 
 `corral demo` applies these. Agents never get `patch` on devices: editing spec.target directly would
 bypass Intents, approvals and the audit trail; the overlay has a verb of its own (`annotate`), which an
 overlay Intent needs.
+
+Rules (api/rule.py) act later, without the agent: writing one is a standing delegation, so it is a role of its own
+(`agent-rule-writer`), bound beside agent-operator only to the agents a person wants writing Rules; the other
+agent roles may read Rules. Naming a ServiceAccount in a Rule needs the `use` (or `impersonate`) verb on that
+ServiceAccount, which no role here grants: a person binds it per ServiceAccount (docs/rules-governance.md).
+An agent's revision acts only once a person accepts it: the `approve` verb on rules, which the approver role has.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
         # The kill switch: agents (and the gateway, as them) see that they are paused and why.
         _rule(GROUP, ["agentpauses"], ["get", "list", "watch"]),
+        # What acts on the devices without an agent: agents see the Rules, their state and last firing.
+        _rule(GROUP, ["rules"], ["get", "list", "watch"]),
         # Samples through the API server (APIService readings.corral.dev): the API server wants `get` on the
         # aggregated resource before it passes a request on; the controller then asks for `listen`.
         _rule(READINGS_GROUP, ["devices"], ["get"]),
@@ -38,7 +46,14 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         _rule(GROUP, ["intents"], ["get", "list", "watch", "create", "patch"]),
         _rule(GROUP, ["interlocks"], ["get", "list", "watch"]),
         _rule(GROUP, ["agentpauses"], ["get", "list", "watch"]),
+        _rule(GROUP, ["rules"], ["get", "list", "watch"]),
         _rule(READINGS_GROUP, ["devices"], ["get"]),
+    ],
+    # Writes Rules (iot.rules.put/restore), bound beside agent-operator. No delete: an agent changes a Rule in
+    # revisions a person can see, accept and restore, never makes one disappear. It is not enough alone: the
+    # admission policy also wants `write` on every Device the Rule sets and `use` on its ServiceAccount.
+    "agent-rule-writer": [
+        _rule(GROUP, ["rules"], ["get", "list", "watch", "create", "update", "patch"]),
     ],
     "approver": [
         _rule(GROUP, ["devices"], ["get", "list", "read", "approve"]),
@@ -53,6 +68,9 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         _rule(GROUP, ["interlocks"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
         # The agents kill switch (corral agents pause/resume): people stop every agent at once.
         _rule(GROUP, ["agentpauses"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+        # Rules: people write them, and accept an agent's revision (approve; the acceptance is an annotation, so
+        # patch too). Their own switch is the AgentPause `rules` (corral rules pause/resume), covered above.
+        _rule(GROUP, ["rules"], ["get", "list", "watch", "create", "update", "patch", "delete", "approve"]),
         _rule("events.k8s.io", ["events"], ["list"]),
     ],
     # Capabilities are device-type contracts (cluster-scoped, not secret); agents need them to see actions.

@@ -1,4 +1,6 @@
-"""`corral grants`: approvals given in advance, in bounds (ApprovalGrants), made, listed and revoked by people."""
+"""`corral grants`: approvals given in advance, in bounds (ApprovalGrants), made, listed, renewed and revoked by
+people. A grant voided by an edit of a Rule acting as its requester is listed as VOIDED; `renew` grants it again in
+your name (the spec is immutable: a renewal is a new grant, checked like any other, and the voided one is revoked)."""
 
 from __future__ import annotations
 
@@ -85,8 +87,37 @@ def list_grants(client: kubernetes.client.ApiClient, namespace: str) -> None:
         click.echo(f"No ApprovalGrants in {namespace}.")
     for item in items:
         spec, status = item["spec"], item.get("status") or {}
+        voided = status.get("voided")
+        said = (f" VOIDED by Rule {voided.get('rule')} revision {voided.get('generation')}: covers nothing until "
+                f"renewed (corral grants renew {item['metadata']['name']})") if voided else ""
         click.echo(f"{item['metadata']['name']}: {spec['requester']} {'/'.join(spec['actuators'])}, used "
-                   f"{status.get('used', 0)} of {spec['uses']}, granted by {spec['grantor']}, expires {spec['expiresAt']}")
+                   f"{status.get('used', 0)} of {spec['uses']}, granted by {spec['grantor']}, expires {spec['expiresAt']}"
+                   f"{said}")
+
+
+@grants.command("renew")
+@click.argument("name")
+@kube_options
+def renew(client: kubernetes.client.ApiClient, namespace: str, name: str) -> None:
+    """Grant NAME again in your name, with the uses it has left and the same bounds and expiry, and revoke it.
+
+    For a grant voided by an edit of a Rule: read the Rule first (corral rules show), since the grant lets its new
+    revision run without asking."""
+    objects = kubernetes.client.CustomObjectsApi(client)
+    old = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "approvalgrants", name)
+    me = identity(client)
+    spec, status = dict(old["spec"]), old.get("status") or {}
+    left = spec["uses"] - status.get("used", 0)
+    if left < 1:
+        raise click.ClickException(f"{name}: all {spec['uses']} uses are consumed; grant anew with corral grants create")
+    spec.update({"grantor": me.username, "grantorGroups": list(me.groups), "uses": left})
+    base = name[:50].rstrip("-")
+    body = {"apiVersion": API_VERSION, "kind": "ApprovalGrant",
+            "metadata": {"name": f"{base}-r{secrets.token_hex(3)}"}, "spec": spec}
+    made = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "approvalgrants", body)
+    objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, "approvalgrants", name)
+    click.echo(f"{made['metadata']['name']}: {spec['requester']} may {'/'.join(spec['actuators'])} {left} more time(s) "
+               f"until {spec['expiresAt']} without asking, granted by {me.username}; {name} revoked")
 
 
 @grants.command("revoke")

@@ -47,6 +47,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "people": ("corral.cli.people", "people", "People who approve: identities for the approval page."),
     "readings": ("corral.cli.readings", "readings",
                  "Print DEVICE's samples: the device's ts (cite it as --based-on METRIC@TS), the value and its age."),
+    "rules": ("corral.cli.rules", "rules",
+              "Rules that act without an agent: read them, accept an agent's revision, restore the previous one, "
+              "pause."),
     "run": ("corral.cli.run", "run",
             "Run the controller: drive enrolled devices to their targets, mirror their contracts, decide Intents."),
     "secrets": ("corral.cli.secrets", "secrets", "Secrets Corral makes for itself (keys, certificates, passwords)."),

@@ -5,6 +5,7 @@ something), that actuator and that value (a listed one, or a number in its range
 nothing), has a use left, has not expired, and its grantor is a
 person who holds `approve` on the device now (asked again at every use, so a revoked right stops it).
 A critical-risk action is never covered: it always waits for a person, one request at a time.
+A grant voided by an edit of a Rule that acts as its requester covers nothing until a person grants anew.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class GrantView:
     values: tuple[object, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    voided: str | None = None  # why an edit of a Rule voided it (status.voided), or None
 
 
 def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mapping[str, str], actuator: str,
@@ -45,6 +47,8 @@ def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mappi
         return "critical-risk actions are never granted in advance"
     if grant.requester != requester:
         return f"it is for {grant.requester}"
+    if grant.voided is not None:
+        return f"it was voided: {grant.voided}"
     if device not in grant.devices and not (_selects(grant.selector) and grant.selector.matches(labels)):
         return f"it does not cover Device {device}"
     if actuator not in grant.actuators:

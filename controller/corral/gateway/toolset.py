@@ -11,6 +11,8 @@ the view clears whenever what the caller sees changes.
 - `iot.acquire`, `iot.release`: the same devices as iot.control.
 - `iot.set_alias|set_note|set_location`: the `annotate` verb on a visible Device and the right to
   create Intents there (the overlay is set by an Intent too; no agent needs `patch`).
+- `iot.rules.list|get`: `get` and `list` on rules in a served namespace; `iot.rules.put|restore`: `create` and
+  `update` there too (the admission policy decides the rest: api/policies.py). They need no visible device.
 - `{device}.{actuator}.{action}` (optional, `--device-tools`): one tool per
   usable actuator of an online device, its value schema straight from the contract.
 """
@@ -26,6 +28,7 @@ from corral.gateway.tools.control import Control, DeviceTool
 from corral.gateway.tools.lease import Acquire, Release
 from corral.gateway.tools.overlay import OVERLAY_TOOLS, SetOverlay
 from corral.gateway.tools.read import ListDevices, Query, ReadSamples
+from corral.gateway.tools.rules import rule_tools
 from corral.gateway.tools.schemas import device_id_schema
 from corral.gateway.tools.status import IntentStatus
 from corral.gateway.view import CallerView
@@ -104,6 +107,7 @@ def catalog(view: CallerView) -> Catalog:
         return found
     devices, grants = view.visible(), view.grants()
     device = per_device(devices, grants)
-    listed: list[Tool] = [*fixed(devices, grants, view.annotatable()), *(device.values() if view.device_tools_on else ())]
+    listed: list[Tool] = [*fixed(devices, grants, view.annotatable()), *rule_tools(view),
+                          *(device.values() if view.device_tools_on else ())]
     made = view.memo["catalog"] = Catalog({tool.name: tool for tool in listed}, device)
     return made

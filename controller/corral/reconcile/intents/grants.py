@@ -5,7 +5,8 @@ resourceVersion it was read at, so two Intents racing for the last use cannot bo
 again and finds none left). A grant that was deleted (revoked) cannot be consumed: the read finds nothing.
 The consuming Intent's UID goes into the status with the use, so an Intent decided again after a restart
 does not spend a second one. Grants are read into their model where they enter (the cache, or the read
-before a use is spent); one that does not parse covers nothing.
+before a use is spent); one that does not parse covers nothing. A grant voided by a Rule's edit (status.voided,
+reconcile/rules/revisions.py) covers nothing either, and the read before a use is spent checks that again.
 """
 
 from __future__ import annotations
@@ -96,12 +97,12 @@ class Grants:
             if any(use.uid == uid for use in status.consumed_by):
                 return Spent(name, grant.spec.grantor, status.used, grant.spec.uses)  # spent before a restart
             now = datetime.now(UTC)
-            if status.used >= grant.spec.uses or now >= grant.spec.expires_at:
+            if status.used >= grant.spec.uses or now >= grant.spec.expires_at or status.voided is not None:
                 return None
             used = status.used + 1
-            new = ApprovalGrantStatus(used=used, consumed_by=[*status.consumed_by, GrantUse(
+            new = status.model_copy(update={"used": used, "consumed_by": [*status.consumed_by, GrantUse(
                 intent=intent, uid=uid, at=now.replace(microsecond=0))],
-                message=f"Use {used} of {grant.spec.uses}: Intent {intent}.")
+                "message": f"Use {used} of {grant.spec.uses}: Intent {intent}."})
             patch = {"metadata": {"resourceVersion": grant.metadata.resource_version},
                      "status": new.model_dump(mode="json", by_alias=True)}
             try:
@@ -128,4 +129,12 @@ def _view(grant: ApprovalGrant, grantor_may_approve: bool) -> GrantView:
         requester=spec.requester, actuators=frozenset(spec.actuators), uses=spec.uses, used=status.used,
         expires_at=spec.expires_at, devices=frozenset(spec.devices), selector=selector_of(spec.selector),
         values=tuple(spec.values), minimum=spec.range.minimum if spec.range else None,
-        maximum=spec.range.maximum if spec.range else None)
+        maximum=spec.range.maximum if spec.range else None, voided=_voided(status))
+
+
+def _voided(status: ApprovalGrantStatus) -> str | None:
+    voided = status.voided
+    if voided is None:
+        return None
+    return (f"Rule {voided.rule} was edited (revision {voided.generation}{' by ' + voided.author if voided.author else ''}); "
+            "a person renews it with corral grants renew")

@@ -1,0 +1,1 @@
+"""Rules: acting without an agent (the controller), and their revisions (revisions.py)."""

@@ -1,0 +1,291 @@
+"""Who may write a Rule, agents editing Rules through the gateway, revisions, acceptance and grant voiding, against
+the real API server (its admission policies and RBAC authorizer) and the gateway over stdio.
+
+Identities: `agent` (the chart's agent-operator and agent-rule-writer roles, and `use` on the ServiceAccount
+`porch-rule` only), `parent` (a person: the chart's approver role, and write on devices), and two ServiceAccounts a
+Rule may name: `porch-rule` (weak) and `master` (stronger, which the agent may not use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from corral.api.codes import API_VERSION, GROUP, PEOPLE_NAMESPACE, VERSION
+from corral.api.roles import USER_ROLE_RULES
+from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, Rule
+from corral.audit.log import AuditLog, read_records
+from corral.decide.revisions import REVISED, spec_hash
+from corral.devcluster.plane import Plane
+from corral.kube.objects import Kube
+from corral.reconcile.rules.revisions import Revisions
+from tests.controller_harness import CORRAL
+from tests.gateway_harness import gateway_token, kubeconfig_for, stdio_client
+from tests.harness import (
+    api_client,
+    apply_yaml,
+    ensure_people_namespace,
+    fresh_namespace,
+    person_name,
+    person_user,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
+
+pytestmark = pytest.mark.integration
+
+CONDITION = 'readings["porch-sensor"]["lux"] < 10.0'
+
+
+@dataclass
+class Governed:
+    plane: Plane
+    namespace: str
+    admin: kubernetes.client.ApiClient
+    agent: kubernetes.client.ApiClient
+    agent_kubeconfig: Path
+    person: kubernetes.client.ApiClient
+    person_kubeconfig: Path
+
+    @property
+    def agent_username(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:agent"
+
+    @property
+    def person_username(self) -> str:
+        return person_user(self.namespace, "parent")
+
+    def corral(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        """`corral ARGS -n NS` as the person."""
+        done = subprocess.run([CORRAL, *args, "-n", self.namespace], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "KUBECONFIG": str(self.person_kubeconfig)})
+        assert done.returncode == 0 or not ok, done.stderr
+        return done
+
+    def rule(self, name: str) -> dict[str, Any]:
+        return kubernetes.client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "rules", name)
+
+
+def _role(name: str, rules: list[dict[str, Any]], subject: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+             "subjects": [subject]}]
+
+
+def rule_body(name: str, author: str, service_account: str = "porch-rule", level: int = 80) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "Rule", "metadata": {"name": name}, "spec": {
+        "serviceAccountName": service_account, "author": author, "inputs": ["porch-sensor"], "condition": CONDITION,
+        "for": "2s", "cooldown": "10m", "reason": "light the porch when it gets dark",
+        "actions": [{"device": "porch-light", "actuator": "brightness", "action": "set_value", "value": level}]}}
+
+
+def _may_use(client: kubernetes.client.ApiClient, namespace: str, account: str) -> bool:
+    review = kubernetes.client.AuthorizationV1Api(client).create_self_subject_access_review({"spec": {
+        "resourceAttributes": {"resource": "serviceaccounts", "verb": "use", "namespace": namespace,
+                               "name": account}}})
+    return bool(review.status.allowed)
+
+
+def _writer_policy_enforced(agent: kubernetes.client.ApiClient, namespace: str) -> bool:
+    """The Rule policy is loaded once a forged author is refused by it (a dry run writes nothing)."""
+    try:
+        kubernetes.client.CustomObjectsApi(agent).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "rules", rule_body("probe", "somebody-else"), dry_run="All")
+    except kubernetes.client.ApiException as err:
+        return err.status == 403 and "corral-rule-writer" in str(err.body)
+    return False
+
+
+@pytest.fixture(scope="module")
+def governed(plane: Plane, corral_api: kubernetes.client.ApiClient,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Governed]:
+    tmp = tmp_path_factory.mktemp("rules-governance")
+    with fresh_namespace(corral_api, "rules-governance") as namespace:
+        core = kubernetes.client.CoreV1Api(corral_api)
+        for account in ("porch-rule", "master"):
+            core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+        agent_sa = {"kind": "ServiceAccount", "name": "agent", "namespace": namespace}
+        ensure_people_namespace(corral_api)
+        person_sa = {"kind": "ServiceAccount", "name": person_name(namespace, "parent"), "namespace": PEOPLE_NAMESPACE}
+        use_porch = [{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["porch-rule"],
+                      "verbs": ["use"]}]
+        objects = [*_role("agent-operator", USER_ROLE_RULES["agent-operator"], agent_sa),
+                   *_role("agent-rule-writer", USER_ROLE_RULES["agent-rule-writer"], agent_sa),
+                   *_role("agent-uses-porch-rule", use_porch, agent_sa),
+                   *_role("approver", USER_ROLE_RULES["approver"], person_sa),
+                   *_role("parent-writes", [{"apiGroups": [GROUP], "resources": ["devices"],
+                                             "verbs": ["get", "list", "read", "write"]},
+                                            {"apiGroups": [""], "resources": ["serviceaccounts"],
+                                             "verbs": ["use"]}], person_sa)]
+        apply_yaml(corral_api, yaml.safe_dump_all(objects), namespace)
+        agent_token = gateway_token(corral_api, namespace, "agent")
+        agent = api_client(plane, token=agent_token)
+        person_token = service_account_token(corral_api, PEOPLE_NAMESPACE, person_name(namespace, "parent"))
+        person = api_client(plane, token=person_token)
+        wait_until_allowed(agent, "create", namespace, "rules")
+        wait_for(lambda: _may_use(agent, namespace, "porch-rule"), "the agent's use of porch-rule")
+        wait_until_allowed(person, "approve", namespace, "rules")
+        wait_for(lambda: _writer_policy_enforced(agent, namespace), "the Rule admission policy to take effect",
+                 timeout_s=30)
+        yield Governed(plane, namespace, corral_api, agent,
+                       kubeconfig_for(plane, agent_token, tmp / "agent.kubeconfig", namespace), person,
+                       kubeconfig_for(plane, person_token, tmp / "parent.kubeconfig", namespace))
+
+
+def _refused(client: kubernetes.client.ApiClient, namespace: str, call: str, *args: Any) -> str:
+    objects = kubernetes.client.CustomObjectsApi(client)
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        getattr(objects, call)(GROUP, VERSION, namespace, "rules", *args)
+    assert refused.value.status == 403, refused.value.body
+    return str(json.loads(refused.value.body)["message"])
+
+
+def test_the_api_server_refuses_a_rule_that_would_lend_its_writer_more_than_it_holds(governed: Governed) -> None:
+    ns, agent = governed.namespace, governed.agent
+    said = _refused(agent, ns, "create_namespaced_custom_object", rule_body("forged", "system:serviceaccount:x:y"))
+    assert "spec.author must be your own username" in said and governed.agent_username in said, said
+    said = _refused(agent, ns, "create_namespaced_custom_object",
+                    rule_body("stronger", governed.agent_username, service_account="master"))
+    assert "may not name ServiceAccount master" in said and "impersonate or use verb" in said, said
+
+    made = kubernetes.client.CustomObjectsApi(agent).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "rules", rule_body("evening", governed.agent_username))
+    # An agent's edit that names the stronger ServiceAccount: refused, and the Rule is as it was.
+    stronger = {**made, "spec": {**made["spec"], "serviceAccountName": "master"}}
+    said = _refused(agent, ns, "replace_namespaced_custom_object", "evening", stronger)
+    assert "may not name ServiceAccount master" in said, said
+    assert governed.rule("evening")["spec"]["serviceAccountName"] == "porch-rule"
+
+    # Accepting: not by an agent (no approve verb), and only exactly "<this generation>:<yourself>".
+    own = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: f"1:{governed.agent_username}"}}}
+    said = _refused(agent, ns, "patch_namespaced_custom_object", "evening", own)
+    assert "needs the approve verb on rules/evening" in said, said
+    wrong = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: f"2:{governed.person_username}"}}}
+    said = _refused(governed.person, ns, "patch_namespaced_custom_object", "evening", wrong)
+    assert f'must be exactly "1:{governed.person_username}"' in said, said
+    shown = governed.corral("rules", "accept", "evening").stdout
+    assert f"revision 1 by {governed.agent_username} accepted by {governed.person_username}" in shown, shown
+    annotations = governed.rule("evening")["metadata"]["annotations"]
+    assert annotations[ACCEPTED_ANNOTATION] == f"1:{governed.person_username}"
+
+
+def test_an_agent_edits_a_rule_through_the_gateway_and_one_call_restores_the_previous_revision(
+        governed: Governed) -> None:
+    started = time.monotonic()
+    name = f"porch-{uuid.uuid4().hex[:6]}"
+    put = {"name": name, "service_account": "porch-rule", "inputs": ["porch-sensor"], "condition": CONDITION,
+           "for_s": 2, "cooldown_s": 600, "reason": "light the porch when it gets dark",
+           "actions": [{"device": "porch-light", "actuator": "brightness", "action": "set_value", "value": 80}]}
+
+    async def session() -> tuple[list[str], list[Any]]:
+        async with stdio_client(governed.agent_kubeconfig) as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            answers = [await client.call_tool("iot.rules.put", put),
+                       await client.call_tool("iot.rules.put", {**put, "actions": [
+                           {**put["actions"][0], "value": 100}], "reason": "brighter"}),
+                       await client.call_tool("iot.rules.get", {"name": name}),
+                       await client.call_tool("iot.rules.put", {**put, "service_account": "master"}),
+                       await client.call_tool("iot.rules.restore", {"name": name}),
+                       await client.call_tool("iot.rules.list", {})]
+            return tools, answers
+
+    tools, (created, edited, got, stronger, restored, listed) = asyncio.run(asyncio.wait_for(session(), 60))
+    assert {"iot.rules.list", "iot.rules.get", "iot.rules.put", "iot.rules.restore"} <= set(tools), tools
+    for answer in (created, edited, got, restored, listed):
+        assert not answer.is_error, answer.content
+    first, second = created.structured_content, edited.structured_content
+    assert first["generation"] == 1 and first["acts"] is False and "corral rules accept" in first["message"], first
+    assert second["generation"] == 2 and second["previous_kept"] is True, second
+    assert got.structured_content["previous_kept"] is True
+    assert got.structured_content["spec"]["actions"][0]["value"] == 100
+    # Refused by the API server's admission policy, said as such; nothing changed.
+    assert stronger.is_error and stronger.structured_content["code"] == "DENY_SCOPE", stronger.structured_content
+    assert "may not name ServiceAccount master" in stronger.structured_content["message"]
+    assert restored.structured_content["generation"] == 3, restored.structured_content
+    stored = governed.rule(name)
+    assert stored["spec"]["actions"][0]["value"] == 80 and stored["spec"]["author"] == governed.agent_username
+    kept = json.loads(stored["metadata"]["annotations"][PREVIOUS_SPEC_ANNOTATION])
+    assert kept["actions"][0]["value"] == 100 and kept["reason"] == "brighter"
+    assert any(r["name"] == f"{governed.namespace}/{name}" and r["acts"] is False
+               for r in listed.structured_content["rules"])
+
+    # A person reads the diff, and restoring again toggles back to the agent's edit.
+    shown = governed.corral("rules", "show", name).stdout
+    assert "Changes against the kept previous revision" in shown and '-      "value": 100' in shown, shown
+    governed.corral("rules", "restore", name)
+    again = governed.rule(name)
+    assert again["spec"]["actions"][0]["value"] == 100 and again["spec"]["author"] == governed.person_username
+    print(f"gateway edits: {time.monotonic() - started:.1f} s")
+
+
+def test_an_edit_voids_the_grants_to_the_rules_service_account_until_a_person_renews_them(
+        governed: Governed, tmp_path: Path) -> None:
+    ns = governed.namespace
+    objects = kubernetes.client.CustomObjectsApi(governed.person)
+    rule_sa = f"system:serviceaccount:{ns}:porch-rule"
+    expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def grant(name: str, requester: str) -> None:
+        objects.create_namespaced_custom_object(GROUP, VERSION, ns, "approvalgrants", {
+            "apiVersion": API_VERSION, "kind": "ApprovalGrant", "metadata": {"name": name},
+            "spec": {"grantor": governed.person_username, "requester": requester, "devices": ["porch-light"],
+                     "actuators": ["brightness"], "range": {"minimum": 0, "maximum": 100}, "uses": 5,
+                     "expiresAt": expires, "reason": "dusk"}})
+
+    grant("for-the-rule", rule_sa)
+    grant("for-the-agent", governed.agent_username)
+    kubernetes.client.CustomObjectsApi(governed.agent).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "rules", rule_body("dusk", governed.agent_username))
+    kubernetes.client.CustomObjectsApi(governed.agent).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "rules", "dusk", {"spec": {"actions": [
+            {"device": "porch-light", "actuator": "brightness", "action": "set_value", "value": 100}]}})
+
+    async def observe() -> tuple[Any, Any]:
+        kube = Kube(governed.admin.configuration)
+        audit = AuditLog(tmp_path / "audit", "controller", Ed25519PrivateKey.generate())
+        audit.open()
+        try:
+            revisions = Revisions(kube, audit)
+            first = Rule.model_validate(governed.rule("dusk"))
+            return await revisions.observe(first), first
+        finally:
+            await audit.flush()
+            audit.close()
+            await kube.close()
+
+    cited, rule = asyncio.run(observe())
+    assert cited is not None
+    records = [r for r in read_records(tmp_path / "audit") if r.kind == REVISED]
+    assert len(records) == 1 and records[0].seq == cited.seq
+    data = records[0].data
+    assert data["generation"] == 2 and data["author"] == governed.agent_username and data["authorIsPerson"] is False
+    assert data["specHash"] == spec_hash(rule.spec) and data["voidedGrants"] == ["for-the-rule"], data
+
+    def status(name: str) -> dict[str, Any]:
+        return objects.get_namespaced_custom_object(GROUP, VERSION, ns, "approvalgrants", name).get("status") or {}
+    voided = status("for-the-rule")["voided"]
+    assert voided["rule"] == "dusk" and voided["generation"] == 2 and voided["audit"]["seq"] == cited.seq
+    assert "voided" not in status("for-the-agent")
+    listed = governed.corral("grants", "list").stdout
+    assert "for-the-rule" in listed and "VOIDED by Rule dusk revision 2" in listed, listed
+    renewed = governed.corral("grants", "renew", "for-the-rule").stdout
+    new_name = renewed.split(":", 1)[0]
+    assert "5 more time(s)" in renewed and "for-the-rule revoked" in renewed, renewed
+    assert "voided" not in status(new_name)
