@@ -195,7 +195,12 @@ class Gateway:
         code = data.get("code")
         outcome = ("rate_limited" if code == "RATE_LIMITED" else "error") if result.is_error else (code or "ok")
         metrics.TOOL_CALLS.labels(tool=name if listed else "device_tool", outcome=outcome).inc()
-        if result.is_error:
+        if isinstance(data.get("results"), list):  # a group: its members refused before any Intent are on record
+            for member in data["results"]:
+                if not member.get("intent"):
+                    self._refused(view, name, {**(params.arguments or {}), "device_id": member.get("device_id")},
+                                  str(member.get("code")), str(member.get("message", "")))
+        elif result.is_error:
             self._refused(view, name, params.arguments, str(code), str(data.get("message", "")))
         elif (name == "iot.control" or not listed) and waits_for_a_person(data) and self.tasks.wanted(ctx):
             # The tasks extension (SEP-2663): the Intent awaiting approval, as a task to poll, instead.

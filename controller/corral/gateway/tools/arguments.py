@@ -17,6 +17,7 @@ from corral.api.intent import IntentSpec
 
 REQUEST_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_HOLD_S = 86400  # the Intent's own bound on holdFor (24h)
 
 
 class ArgumentError(ValueError):
@@ -43,6 +44,19 @@ def request_id(given: Any) -> str:
         raise ArgumentError("request_id must be 1-63 lower-case letters, digits or '-', starting and ending with a "
                             f"letter or digit; got {given!r}.")
     return given
+
+
+def hold_for(given: Any) -> str | None:
+    """`hold_for_s` (seconds) as an Intent's spec.holdFor: whole milliseconds, written as "20s" or "1500ms"."""
+    if given is None:
+        return None
+    if isinstance(given, bool) or not isinstance(given, int | float) or not 0 < given <= MAX_HOLD_S:
+        raise ArgumentError(f"hold_for_s must be a number of seconds, more than 0 and at most {MAX_HOLD_S} (24 h); "
+                            f"got {given!r}.")
+    ms = round(given * 1000)
+    if ms < 1:
+        raise ArgumentError(f"hold_for_s must be at least 0.001 s (one millisecond); got {given!r}.")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def fits_an_intent(spec: dict[str, Any]) -> None:

@@ -34,18 +34,21 @@ class RateLimit:
         self.calls, self.per_s = calls, per_s
         self._buckets: dict[str, tuple[float, float]] = {}  # caller key -> (tokens, at)
 
-    def take(self, key: str, now: float) -> float:
-        """0 when the call may go ahead, else the seconds until it may."""
+    def take(self, key: str, now: float, count: int = 1) -> float:
+        """0 when `count` calls (a group's devices, one each) may go ahead, all of them, else the seconds until they
+        may (infinite when `count` is more than the limit ever allows)."""
         if self.calls <= 0:
             return 0.0
+        if count > self.calls:
+            return float("inf")
         rate = self.calls / self.per_s
         tokens, at = self._buckets.get(key, (float(self.calls), now))
         tokens = min(float(self.calls), tokens + (now - at) * rate)
-        if tokens >= 1:
-            self._buckets[key] = (tokens - 1, now)
+        if tokens >= count:
+            self._buckets[key] = (tokens - count, now)
             return 0.0
         self._buckets[key] = (tokens, now)
-        return (1 - tokens) / rate
+        return (count - tokens) / rate
 
 
 @dataclass

@@ -4,37 +4,56 @@
 `--device-tools`) is the same call with those fixed and the value's schema straight from the contract. Both
 check the arguments against the device's contract first, refuse up front where agents are paused, optionally
 cite fresher readings (`wait_for_fresh_s`), and then make the Intent and follow it to its outcome.
+
+`iot.control` with a `selector` instead of `device_id` acts on a group (gateway/selectors.py): every visible
+device that matches, each one exactly as a call of its own (its own Intent, checks, rate-limit token and
+outcome), all at once; the answer lists every member's outcome. `hold_for_s` becomes the Intent's holdFor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
+import kubernetes
 import mcp_types as types
 
 from corral.contract.model import Actuator
 from corral.contract.text import quoted_data
 from corral.contract.values import InvalidValue, allowed, check
 from corral.gateway import fresh, readings
-from corral.gateway.tools.arguments import CONTROL, ArgumentError, fits_an_intent, request_id
-from corral.gateway.tools.base import Call, Tool, ok, refusal, visible_device
+from corral.gateway.selectors import (
+    MAX_GROUP,
+    group_answer,
+    member_request_id,
+    nothing_matched,
+    parse_selector,
+    resolve,
+    too_many,
+)
+from corral.gateway.tools.arguments import CONTROL, ArgumentError, fits_an_intent, hold_for, request_id
+from corral.gateway.tools.base import Call, Tool, code_of, ok, refusal, visible_device
 from corral.gateway.tools.intents import paused_refusal, submit_and_settle
 from corral.gateway.tools.read import samples
 from corral.gateway.tools.schemas import (
     BASED_ON,
     DRY_RUN,
+    HOLD_FOR_S,
     HOLDER,
     OUTCOME,
     REASON,
     REQUEST_ID_SCHEMA,
     RISK_ORDER,
+    SELECTOR,
+    control_outcome,
     device_id_schema,
 )
 from corral.gateway.view import CallerView
 from corral.gateway.visible import Grants, VisibleDevice, value_schema
+from corral.kube.client import ApiError
 from corral.obs import tracing
 
 log = logging.getLogger(__name__)
@@ -43,10 +62,20 @@ log = logging.getLogger(__name__)
 class Control(Tool):
     name = "iot.control"
     title = "Set a device's target state"
-    description = ("Ask a device to reach a target state (creates an Intent in your name). Low-risk actions run at "
-                   "once; others wait for a human approval and answer AWAITING_APPROVAL with the request_id to check "
-                   "later. Call iot.query first for the device's actions and allowed values.")
-    output_schema = OUTCOME
+    description = (
+        "Ask a device, or a group of devices, to reach a target state (creates an Intent in your name per device). "
+        "Low-risk actions run at once; others wait for a human approval and answer AWAITING_APPROVAL with the "
+        "request_id to check later. Call iot.query first for the device's actions and allowed values. "
+        "Name one device with device_id, or a group with selector instead: {location} as iot.list_devices shows "
+        f"it and/or {{labels}}; at most {MAX_GROUP} devices you can see, each decided on its own and each counted "
+        "as one call against your rate limit. A group answers results (every device's device_id, request_id, "
+        "code, message, phase, before, after) and a summary; its code is EXECUTED only when every device executed "
+        "(the one code when all ended alike, else MIXED), and the call is an error (isError) when any device was "
+        "refused or failed, so read results before saying it worked. "
+        "hold_for_s keeps the value that many seconds, then the value from before is put back for you; a person's "
+        "or another Intent's change of that actuator meanwhile cancels the revert. Some actuators (hold_required) "
+        "need a hold, no longer than their on-time limit.")
+    output_schema = control_outcome()
 
     def __init__(self, controllable: list[VisibleDevice], grants: Grants) -> None:
         usable = [a for d in controllable for a in grants.controllable(d)]
@@ -54,7 +83,9 @@ class Control(Tool):
         self.input_schema = {
             "type": "object",
             "properties": {
-                "device_id": device_id_schema(controllable),
+                "device_id": {**device_id_schema(controllable), "description": "namespace/name from "
+                              "iot.list_devices; or give selector instead, for a group"},
+                "selector": SELECTOR,
                 "actuator": {"type": "string", "enum": sorted({a.id for a in usable})},
                 "action": {"type": "string", "enum": sorted({a.action for a in usable})},
                 "params": {"type": "object", "properties": {"value": {
@@ -65,9 +96,11 @@ class Control(Tool):
                 "based_on": BASED_ON,
                 "wait_for_fresh_s": fresh.SCHEMA,
                 "dry_run": DRY_RUN,
+                "hold_for_s": HOLD_FOR_S,
                 "holder": HOLDER,
             },
-            "required": ["device_id", "actuator", "action", "params", "reason"],
+            # device_id or selector, exactly one: said in words (a top-level oneOf is refused by some model APIs)
+            "required": ["actuator", "action", "params", "reason"],
             "additionalProperties": False,
         }
         self.annotations = {"readOnlyHint": False, "idempotentHint": True,
@@ -94,7 +127,7 @@ class DeviceTool(Tool):
               f"{quoted_data(f'{actuator.name}: {actuator.description or actuator.action}', 200)}")
         self.input_schema = {"type": "object", "properties": {
             "value": value_schema(actuator), "reason": REASON, "request_id": REQUEST_ID_SCHEMA, "based_on": BASED_ON,
-            "wait_for_fresh_s": fresh.SCHEMA, "dry_run": DRY_RUN},
+            "wait_for_fresh_s": fresh.SCHEMA, "dry_run": DRY_RUN, "hold_for_s": HOLD_FOR_S},
             "required": ["value", "reason"], "additionalProperties": False}
         self.annotations = {
             "readOnlyHint": False, "idempotentHint": True,
@@ -107,16 +140,108 @@ class DeviceTool(Tool):
 
 
 async def control(call: Call, args: dict[str, Any]) -> types.CallToolResult:
+    if args.get("selector") is not None:
+        if args.get("device_id") is not None:
+            raise ArgumentError("Give either device_id (one device) or selector (a group), not both.")
+        return await control_group(call, args)
+    if args.get("device_id") is None:
+        raise ArgumentError("Name the device (device_id, namespace/name from iot.list_devices) or a group (selector).")
+    refused = _rate_limited(call, 1)
+    if refused is not None:
+        return refused
+    device = visible_device(call.view, args.get("device_id"))
+    request = request_id(args.get("request_id"))
+    answer = await _one(call, device, args, request)
+    return answer if isinstance(answer, types.CallToolResult) else ok(answer)
+
+
+async def control_group(call: Call, args: dict[str, Any]) -> types.CallToolResult:
+    """Every visible device the selector matches, each as a call of its own, all at once; the answer lists them all
+    and is an error when any member was refused or failed."""
+    selector = parse_selector(args["selector"])
+    request = request_id(args.get("request_id"))
+    _check_common(args)
+    visible = call.view.visible()
+    members = resolve(visible, selector)
+    if not members:
+        raise ArgumentError(nothing_matched(visible, selector))
+    if len(members) > MAX_GROUP:
+        raise ArgumentError(too_many(len(members), selector))
+    refused = _rate_limited(call, len(members))
+    if refused is not None:
+        return refused
+    with tracing.tracer().start_as_current_span("corral.gateway.control_group", attributes={
+            "corral.request_id": request, "corral.devices": len(members)}) as span:
+        results = list(await asyncio.gather(*(_member(call, d, args, member_request_id(request, d)) for d in members)))
+        answer, failed = group_answer(request, selector, results, bool(args.get("dry_run", False)))
+        span.set_attribute("corral.code", answer["code"])
+    return types.CallToolResult(content=[types.TextContent(text=json.dumps(answer, separators=(",", ":")))],
+                                structured_content=answer, is_error=failed)
+
+
+def _rate_limited(call: Call, count: int) -> types.CallToolResult | None:
+    """RATE_LIMITED unless `count` calls (one per device) may go ahead now; then they are taken."""
     view, limit = call.view, call.services.rate_limit
-    wait = limit.take(view.caller.key, asyncio.get_running_loop().time())
-    if wait:
-        log.warning("rate limit: refused a control call of %s", view.username)
-        return refusal("RATE_LIMITED", f"at most {limit.calls} control calls per {limit.per_s:g} s per caller; "
-                                       f"nothing was requested. Retry in {wait:.1f} s.")
-    device = visible_device(view, args.get("device_id"))
+    wait = limit.take(view.caller.key, asyncio.get_running_loop().time(), count)
+    if not wait:
+        return None
+    log.warning("rate limit: refused a control call of %s (%d device(s))", view.username, count)
+    per = f"at most {limit.calls} control calls per {limit.per_s:g} s per caller"
+    if count == 1:
+        return refusal("RATE_LIMITED", f"{per}; nothing was requested. Retry in {wait:.1f} s.")
+    if wait == float("inf"):
+        return refusal("RATE_LIMITED", f"{per}, and a group counts one call per device: this one matches {count}, "
+                                       f"more than the limit ever allows. Nothing was requested; narrow the selector.")
+    return refusal("RATE_LIMITED", f"{per}, and a group counts one call per device: this one needs {count}. Nothing "
+                                   f"was requested. Retry in {wait:.1f} s.")
+
+
+def _check_common(args: dict[str, Any]) -> None:
+    """What a group's members share, checked once, so that a mistake in it is one refusal and not one per device."""
+    reason = args.get("reason")
+    if not isinstance(reason, str) or not reason.strip() or CONTROL.search(reason) or len(reason) > 512:
+        raise ArgumentError("reason is required: say in one sentence why (at most 512 characters, no control "
+                            "characters).")
+    if not isinstance(args.get("dry_run", False), bool):
+        raise ArgumentError("dry_run must be true or false.")
+    hold_for(args.get("hold_for_s"))
+    try:
+        fresh.wait_of(args)
+    except fresh.WaitError as err:
+        raise ArgumentError(str(err)) from None
+
+
+async def _member(call: Call, device: VisibleDevice, args: dict[str, Any], request: str) -> dict[str, Any]:
+    """One member of a group: its outcome, or why nothing was requested for it (then no Intent, phase null)."""
+    try:
+        answer = await _one(call, device, args, request)
+    except ArgumentError as err:
+        return _not_requested(device, request, err.code, str(err))
+    except kubernetes.client.ApiException as err:
+        return _not_requested(device, request, code_of(err.status), f"The Kubernetes API refused: {err.status} "
+                                                                    f"{err.reason}")
+    except ApiError as err:
+        return _not_requested(device, request, code_of(err.status), f"The Kubernetes API refused: {err.status} "
+                                                                    f"{err.reason}: {err.message}")
+    if isinstance(answer, types.CallToolResult):  # refused up front (agents paused)
+        data = answer.structured_content or {}
+        return _not_requested(device, request, str(data.get("code")), str(data.get("message")))
+    return {"device_id": device.id, **answer}
+
+
+def _not_requested(device: VisibleDevice, request: str, code: str, message: str) -> dict[str, Any]:
+    return {"device_id": device.id, "request_id": request, "intent": None, "code": code, "message": message,
+            "phase": None, "before": None, "after": None}
+
+
+async def _one(call: Call, device: VisibleDevice, args: dict[str, Any], request: str
+               ) -> dict[str, Any] | types.CallToolResult:
+    """Make and follow one device's Intent: its outcome, or a refusal up front (agents paused). ArgumentError when
+    the arguments do not fit the device (nothing is made)."""
+    view = call.view
     if device.namespace not in view.grants().create_intents:
         raise ArgumentError(f"You may not create Intents in namespace {device.namespace}.", "DENY_SCOPE")
-    request, spec = intent_spec(device, args, view.username or "", view.mqtt_id_of)
+    _, spec = intent_spec(device, {**args, "request_id": request}, view.username or "", view.mqtt_id_of)
     try:
         wait_for_fresh = fresh.wait_of(args)
     except fresh.WaitError as err:
@@ -132,7 +257,7 @@ async def control(call: Call, args: dict[str, Any]) -> types.CallToolResult:
             "corral.device": device.id, "corral.actuator": spec["actuator"], "corral.request_id": request}) as span:
         answer = await submit_and_settle(call, device.namespace, request, spec)
         span.set_attribute("corral.code", answer["code"])
-    return ok(answer if cited is None else {**answer, "cited": cited})
+    return answer if cited is None else {**answer, "cited": cited}
 
 
 def view_by_mqtt_id(view: CallerView) -> Callable[[str], VisibleDevice | None]:
@@ -186,6 +311,9 @@ def intent_spec(device: VisibleDevice, arguments: dict[str, Any], requester: str
         raise ArgumentError("dry_run must be true or false.")
     if dry_run:
         spec["dryRun"] = True
+    hold = hold_for(arguments.get("hold_for_s"))
+    if hold is not None:
+        spec["holdFor"] = hold
     based_on = arguments.get("based_on")
     if based_on:
         if not isinstance(based_on, list):

@@ -5,11 +5,12 @@ Tools/list compares byte for byte across releases and clients: these texts chang
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from corral.api.codes import OUTCOME_CODES
 from corral.api.intent import HOLDER_ID_PATTERN
-from corral.gateway.tools.arguments import REQUEST_ID
+from corral.gateway.selectors import MAX_GROUP, MAX_SELECTOR_LABELS, MIXED
+from corral.gateway.tools.arguments import MAX_HOLD_S, REQUEST_ID
 from corral.gateway.visible import VisibleDevice
 
 BASED_ON = {
@@ -61,6 +62,46 @@ OUTCOME = {
     },
     "required": ["request_id", "code", "message"],
 }
+HOLD_FOR_S = {
+    "type": "number", "exclusiveMinimum": 0, "maximum": MAX_HOLD_S,
+    "description": "A timed hold, in seconds (at most 86400, a day): once executed, the value is kept that long and "
+                   "then the controller puts back the value from before, in your name, without another call. A "
+                   "person's or another Intent's change of that actuator meanwhile cancels the revert (iot."
+                   "intent_status says so). Some actuators (hold_required) refuse a request without a hold, or with "
+                   "one longer than their hardware on-time limit.",
+}
+SELECTOR = {
+    "type": "object",
+    "description": f"Instead of device_id: every device you can see that matches, at most {MAX_GROUP}; each gets "
+                   "an Intent of its own (request_id-device), decided on its own and counted as one call against "
+                   "your rate limit. Give labels, location, or both (a device must match all).",
+    "properties": {
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": MAX_SELECTOR_LABELS,
+                   "description": "Kubernetes labels the Device must carry, key: value (matchLabels)."},
+        "location": {"type": "string", "minLength": 1, "maxLength": 64,
+                     "description": "A location as iot.list_devices shows it (e.g. \"Utility room\"); matched, "
+                                    "case and punctuation aside, against the Device's corral.dev/location label "
+                                    "(utility-room), which the controller keeps from the location."},
+    },
+    "additionalProperties": False,
+}
+_RESULT = {
+    "type": "object",
+    "properties": {
+        "device_id": {"type": "string"},
+        "request_id": {"type": "string"},
+        "intent": {"type": ["string", "null"]},
+        "code": {"type": "string", "enum": list(OUTCOME_CODES)},
+        "message": {"type": "string"},
+        "phase": {"type": ["string", "null"]},
+        "dry_run": {"type": "boolean"},
+        "before": {"type": ["object", "null"]},
+        "after": {"type": ["object", "null"]},
+        "cited": {"type": "array", "items": {"type": "object"}},
+        "device_error": {"type": "string"},
+    },
+    "required": ["device_id", "request_id", "code", "message"],
+}
 READ_ONLY = {"readOnlyHint": True, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False}
 # A tool that makes an Intent but never reaches a device's actuators (leases, the overlay).
 BOOKKEEPING = {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False}
@@ -80,3 +121,24 @@ def device_id_schema(devices: list[VisibleDevice]) -> dict[str, Any]:
     if len(devices) <= ENUM_LIMIT:
         schema["enum"] = device_ids(devices)
     return schema
+
+
+def control_outcome() -> dict[str, Any]:
+    """iot.control's outputSchema: one device's OUTCOME, or a group's (results, summary, selector; code MIXED)."""
+    properties = dict(cast(dict[str, Any], OUTCOME["properties"]))
+    properties["code"] = {"type": "string", "enum": [*OUTCOME_CODES, MIXED],
+                          "description": "One device: its code. A group: EXECUTED only when every device executed; "
+                                         f"the one code when all ended alike; else {MIXED}."}
+    properties["message"] = {"type": "string", "description": "A group: the summary, e.g. \"4 of 5 EXECUTED; 1 "
+                                                              "DEVICE_GONE (home/lamp-5)\"."}
+    properties["results"] = {"type": "array", "items": _RESULT,
+                             "description": "A group: every matching device and its outcome (an Intent each)."}
+    properties["summary"] = {
+        "type": "object", "description": "A group: how many devices, how many ended how.",
+        "properties": {"devices": {"type": "integer"}, "succeeded": {"type": "integer"},
+                       "waiting": {"type": "integer"}, "failed": {"type": "integer"},
+                       "codes": {"type": "object", "additionalProperties": {"type": "integer"}}},
+        "required": ["devices", "succeeded", "waiting", "failed", "codes"]}
+    properties["selector"] = {"type": "object", "description": "A group: the selector as matched (location as "
+                                                               "its label value)."}
+    return {**OUTCOME, "properties": properties}

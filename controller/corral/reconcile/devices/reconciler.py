@@ -41,6 +41,7 @@ from corral.reconcile.devices.runtime import DeviceRuntime, Fleet
 from corral.reconcile.devices.status import recorded, waiting_status
 from corral.reconcile.devices.trust import ContractTrust
 from corral.reconcile.devices.writes import StatusWriter, command_epoch, now
+from corral.reconcile.locations import LocationLabels
 
 if TYPE_CHECKING:
     from corral.reconcile.guards.interlocks import Interlocks, ViewOf
@@ -64,6 +65,7 @@ class DeviceReconciler:
         self.limits = OnTimeLimits(notices)
         self.writer = StatusWriter(config, kube, devices, self.failsafes, self.holds, self.limits)
         self.admission = Admission(config, kube, trust, notices, recorder, self.writer)
+        self.locations = LocationLabels(kube)
 
     async def reconcile(self, device_id: str) -> Result:
         for refused in self.devices.refusals(device_id):
@@ -71,6 +73,8 @@ class DeviceReconciler:
         bound = self.devices.claims(device_id)
         if not bound:
             return Result.done()  # the controller drives enrolled devices only: a person makes their Device
+        if await self._label_locations(bound):
+            bound = self.devices.claims(device_id) or bound
         device = bound[0]
         for duplicate in bound[1:]:
             await self.admission.refuse_duplicate(duplicate, device)
@@ -104,6 +108,18 @@ class DeviceReconciler:
                 changed = rt.report(state)
                 self.notices.state_changed(rt, changed, "state read after the device came online", device)
         return (await self._drive_to_target(rt, device)).sooner(retry)
+
+    async def _label_locations(self, bound: list[Device]) -> bool:
+        """Every Device claiming the id carries the location label its overlay says, whoever set the overlay (and
+        before anything else: an offline or untrusted device is still selected by where it is). Whether one was
+        written (the cache has it then)."""
+        written = False
+        for device in bound:
+            answer = await self.locations.sync_device(device)
+            if answer is not None:
+                self.devices.upsert(answer)  # only metadata changed: nothing to reconcile for it
+                written = True
+        return written
 
     async def _drive_to_target(self, rt: DeviceRuntime, device: Device) -> Result:
         device_id = rt.device_id

@@ -6,7 +6,8 @@ As controller-runtime's builder declares `For(&Device{}, WithPredicates(Generati
 - a Device event passes the generation predicate: a new Device or a changed spec queues its device id (and the id
   it claimed before, if that changed); a change of only status, labels or annotations does not, and neither does
   the watch event of the controller's own write, whose answer the cache holds already. A Device its model refuses
-  queues its device id, so that the reconciler says so on it;
+  queues its device id, so that the reconciler says so on it; so does a Device whose location label is out of
+  step with its overlay's location (someone changed or removed the label by hand): the reconciler puts it back;
 - a namespace's Interlocks changed: every Device of the namespace (its status lists them; its targets are judged anew);
 - a lease on a Device changed: that Device (a target held for the lease may be driven now).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.api.device import Device
+from corral.api.locations import location_out_of_step
 from corral.kube.typed import Body
 from corral.kube.workqueue import WorkQueue
 from corral.reconcile.devices.cache import DeviceCache, DeviceChange, device_id_of
@@ -23,12 +26,22 @@ from corral.reconcile.devices.cache import DeviceCache, DeviceChange, device_id_
 
 def queued_for(change: DeviceChange | None) -> list[str]:
     """The device ids a Device change queues (the generation predicate), the one it claims now first."""
-    if change is None or not change.generation_changed:
-        return []  # an older copy, or only status, labels or annotations changed: nothing to drive
+    if change is None:
+        return []  # an older copy
+    if not change.generation_changed:
+        # Only status, labels or annotations changed: nothing to drive, unless the location label left the overlay.
+        after = change.after
+        if after is not None and location_out_of_step(after.metadata.labels, _location(after)):
+            return [after.spec.device_id]
+        return []
     now = change.after.spec.device_id if change.after is not None else \
         change.refused.device_id if change.refused is not None else None
     before = change.before.spec.device_id if change.before is not None else None
     return [device_id for device_id in (now, before if before != now else None) if device_id]
+
+
+def _location(device: Device) -> str | None:
+    return device.spec.overlay.location if device.spec.overlay is not None else None
 
 
 @dataclass(frozen=True)
@@ -47,7 +60,7 @@ class DeviceEvents:
             return
         change = self.devices.upsert(body)
         for index, device_id in enumerate(queued_for(change)):
-            if index == 0 and change is not None and change.after is not None:
+            if index == 0 and change is not None and change.after is not None and change.generation_changed:
                 self.adopt(device_id)  # it may have announced itself before it was enrolled
             self.queue.add(device_id)
 
