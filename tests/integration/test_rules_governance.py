@@ -190,9 +190,10 @@ def test_an_agent_edits_a_rule_through_the_gateway_and_one_call_restores_the_pre
         governed: Governed) -> None:
     started = time.monotonic()
     name = f"porch-{uuid.uuid4().hex[:6]}"
-    put = {"name": name, "service_account": "porch-rule", "inputs": ["porch-sensor"], "condition": CONDITION,
-           "for_s": 2, "cooldown_s": 600, "reason": "light the porch when it gets dark",
-           "actions": [{"device": "porch-light", "actuator": "brightness", "action": "set_value", "value": 80}]}
+    put: dict[str, Any] = {
+        "name": name, "service_account": "porch-rule", "inputs": ["porch-sensor"], "condition": CONDITION, "for_s": 2,
+        "cooldown_s": 600, "reason": "light the porch when it gets dark",
+        "actions": [{"device": "porch-light", "actuator": "brightness", "action": "set_value", "value": 80}]}
 
     async def session() -> tuple[list[str], list[Any]]:
         async with stdio_client(governed.agent_kubeconfig) as client:
