@@ -12,6 +12,7 @@ import click
 import kubernetes
 
 from corral.api.codes import FINAL_PHASES, GROUP, VERSION
+from corral.api.durations import seconds_of
 from corral.cli import outcomes
 from corral.cli.kubeopts import connect, kube_options
 from corral.client.errors import api_message
@@ -79,18 +80,19 @@ def intents(ctx: click.Context, kubeconfig: str | None, context: str | None, nam
 @click.option("--based-on", "based_on", multiple=True, metavar="METRIC@TS",
               help="A sample the request relies on, as `corral readings` shows it (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Run every check and print the outcome it would have; execute nothing.")
+@click.option("--hold-for", "hold_for", metavar="DURATION",
+              help="A timed hold (e.g. 20m, 1h30m): once done, the value from before is put back after this long.")
+@click.option("--then", "then", metavar="VALUE", help="With --hold-for: the value to put back instead (JSON, or a word).")
 @click.option("--wait", "wait_s", type=float, default=15.0, show_default=True, help="Seconds to wait for the outcome.")
 @kube_options
 def create(client: kubernetes.client.ApiClient, namespace: str, device: str, change: str, action: str | None,
-           reason: str, name: str | None, based_on: tuple[str, ...], dry_run: bool, wait_s: float) -> None:
+           reason: str, name: str | None, based_on: tuple[str, ...], dry_run: bool, hold_for: str | None,
+           then: str | None, wait_s: float) -> None:
     """Ask DEVICE for ACTUATOR=VALUE (a JSON value: true, 21.5, "auto"), in your own name, and print the outcome."""
     actuator, sep, text = change.partition("=")
     if not sep or not actuator:
         raise click.BadParameter(f"{change!r}: use ACTUATOR=VALUE, e.g. power=true", param_hint="ACTUATOR=VALUE")
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = text  # a bare word is a string: mode=auto
+    value = _value_of(text)
     if action is None:
         action = _action_of(client, namespace, device, actuator)
     spec: dict[str, Any] = {"device": device, "actuator": actuator, "action": action, "params": {"value": value},
@@ -101,6 +103,16 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
         spec["basedOn"] = [_observation(item) for item in based_on]
     if dry_run:
         spec["dryRun"] = True
+    if then is not None and hold_for is None:
+        raise click.BadParameter("--then is the value after a hold: give --hold-for too", param_hint="--then")
+    if hold_for is not None:
+        try:
+            seconds_of(hold_for)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--hold-for") from None
+        spec["holdFor"] = hold_for
+        if then is not None:
+            spec["then"] = {"value": _value_of(then)}
     name = name or f"cli-{'dry-' if dry_run else ''}{secrets.token_hex(6)}"
     submitted = submit(client, namespace, name, spec)
     if submitted.code == "DENY_ID_CONFLICT":
@@ -114,6 +126,13 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
     if checked_only and code in ("AWAITING_APPROVAL", "PENDING"):
         return  # a dry run is decided once it is checked: waiting for a person is an answer, not a refusal
     click.get_current_context().exit(outcomes.exit_status(code))
+
+
+def _value_of(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word is a string: mode=auto
 
 
 def _action_of(client: kubernetes.client.ApiClient, namespace: str, device: str, actuator: str) -> str:
