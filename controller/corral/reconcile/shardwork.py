@@ -22,6 +22,7 @@ from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.doors import Doors, NotOwned
 from corral.reconcile.intents.execute import new_command_id
 from corral.reconcile.intents.facts import StoredIntent, name_of, status_of, uid_of, value_of
+from corral.reconcile.intents.holds import pending
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
 
@@ -111,6 +112,10 @@ class ShardWork:
                 self.queue.add(known)
         for key, _intent, _device_id in unfinished:
             self.intents.decisions.add(key)
+        for key, intent in self.intents.intents.items():
+            # A timed hold of the shard runs out here now: its state is in the Intent's status (holds.py).
+            if pending(intent) and self._shard(self.doors.device_id(key[0], intent.spec.device)) == shard:
+                self.intents.decisions.add(key)
         log.info("acquired shard %d: its devices queued, %d unfinished Intent(s) taken up (%d with their command "
                  "pinned)", shard, len(unfinished), pinned)
 
