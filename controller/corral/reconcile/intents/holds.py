@@ -164,8 +164,10 @@ class HoldReverts:
         order = (mine.decided_at, created_at(intent))
         for (namespace, _), other in self.intents.items():
             status = status_of(other)
+            # The same action on the same actuator (a read of it changes nothing), executed for real.
             if (namespace != namespace_of(intent) or uid_of(other) == uid_of(intent) or status.code != "EXECUTED"
-                    or other.spec.device != intent.spec.device or other.spec.actuator != intent.spec.actuator
+                    or status.phase != "Succeeded" or other.spec.device != intent.spec.device
+                    or other.spec.actuator != intent.spec.actuator or other.spec.action != intent.spec.action
                     or status.decided_at is None):
                 continue
             if (status.decided_at, created_at(other)) > order:
