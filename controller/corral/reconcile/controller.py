@@ -63,6 +63,7 @@ from corral.reconcile.guards.pauses import AgentPauses
 from corral.reconcile.intents.settings import IntentSettings
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
+from corral.reconcile.rules.wiring import rules_controller
 from corral.reconcile.shardlabels import ShardLabels
 from corral.reconcile.shardwork import ShardWork
 from corral.scale.ownership import Ownership, Standalone
@@ -133,8 +134,13 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
         self.shards = ShardWork(self.doors, self.devices, self.fleet, self.queue, self.device_reconciler,
                                 self.intents, port, self.mqtt, self.capabilities, config.command_timeout_s)
+        # Rules: evaluated by the leader, acting through Intents in their ServiceAccounts' names (docs/rules.md).
+        self.rules = rules_controller(kube, namespaces, self.audit, recorder, intent_settings.policy.people,
+                                      self.access, self.devices, port.view, self.pauses,
+                                      self.intents.reconciler.gatherer, self.ownership.is_leader)
+        self.mqtt.rule_inputs, self.mqtt.on_rule_input = self.rules.inputs, self.rules.on_input
         self._watch()
-        self.ownership.set_callbacks(self.shards.acquired, self.shards.releasing, self.shards.lost)
+        self.ownership.set_callbacks(self._acquired, self.shards.releasing, self.shards.lost)
 
     # ---- what each event queues -----------------------------------------------------------------------------
 
@@ -151,9 +157,16 @@ class Controller:
 
     def on_device_event(self, event_type: str, body: Body) -> None:
         self.device_events.on_device_event(event_type, body)
+        self.rules.on_device_event(body)
 
     def on_intent_event(self, event_type: str, body: Body) -> None:
         self.intents.on_intent_event(event_type, body)
+        self.rules.on_intent_event(event_type, body)
+
+    async def _acquired(self, shard: int) -> None:
+        await self.shards.acquired(shard)
+        if shard == 0:
+            self.rules.requeue_all()  # the leader evaluates the Rules
 
     def on_approval_event(self, event_type: str, body: Body) -> None:
         self.intents.on_approval_event(event_type, body)
@@ -212,6 +225,8 @@ class Controller:
                       "is the CRD agentpauses.corral.dev installed, and may the controller list and watch agentpauses?")
         await _listed(self.leases.start, self.leases.synced, "Leases",
                       "may the controller list and watch leases (coordination.k8s.io)?")
+        await _listed(self.rules.start, self.rules.synced, "Rules",
+                      "is the CRD rules.corral.dev installed, and may the controller list and watch rules?")
 
     def _run_workers(self) -> list[asyncio.Task[None]]:
         """Each queue and the reconciler that works it."""
@@ -245,6 +260,7 @@ class Controller:
         await self.interlocks.stop()
         await self.pauses.stop()
         await self.leases.stop()
+        await self.rules.stop()
         await self.mqtt.stop()
         await self.checkpoints.stop()  # the final one: after everything that could still write a record
         self.audit.close()

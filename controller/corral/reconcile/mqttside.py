@@ -10,7 +10,7 @@ the event loop; the link's callbacks cross over with `call_soon_threadsafe`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -34,8 +34,10 @@ from corral.reconcile.devices.refusals import RefusalTracer
 from corral.reconcile.devices.runtime import Fleet
 from corral.reconcile.devices.trust import ContractTrust
 from corral.reconcile.doors import OPEN, Doors
+from corral.reconcile.rules.inputs import RuleInputs
 
 ENROLLMENTS_LISTED_S = 60
+RULE_WAKING = ("telemetry", "status", "ack", "info")  # a device's messages that may change what a Rule reads
 
 
 class MqttSide:
@@ -45,6 +47,10 @@ class MqttSide:
                  queue: WorkQueue[str], notices: DeviceNotices, trust: ContractTrust,
                  signing_keys: Mapping[str, Ed25519PublicKey] | None = None, doors: Doors = OPEN) -> None:
         self.doors = doors
+        # The Rules' inputs (reconcile/rules/inputs.py): their messages wake the Rules that read them, and the
+        # telemetry of those another replica owns is kept here all the same, for whichever replica leads.
+        self.rule_inputs: RuleInputs | None = None
+        self.on_rule_input: Callable[[str], None] = lambda device_id: None
         self.topics = topics = Topics(config.topic_prefix)
         tls = TlsFiles(config.mqtt_ca_file, config.mqtt_cert_file, config.mqtt_key_file)
         extra = (RESPONSE_TOPIC,) if config.manage_broker_accounts else ()
@@ -120,13 +126,20 @@ class MqttSide:
             if self.accounts is not None:
                 self.accounts.on_response(message.payload)
             return
-        if self.doors.sharded:
+        parsed = self.topics.parse(message.topic)
+        if self.doors.sharded and parsed is not None and not self.doors.owns(parsed[0]):
             # Another replica's device: dropped before its payload is read (a topic split and a hash). An unknown
-            # device's enrollment is its id's shard's owner's too. Acks still pass while a shard drains.
-            parsed = self.topics.parse(message.topic)
-            if parsed is not None and not self.doors.owns(parsed[0]):
-                return
+            # device's enrollment is its id's shard's owner's too. Acks still pass while a shard drains. Only the
+            # telemetry of a Rule's input is kept (its newest sample per metric), for the leader's Rules.
+            device_id, kind = parsed
+            inputs = self.rule_inputs
+            if kind == "telemetry" and inputs is not None and inputs.is_input(device_id) \
+                    and inputs.kept.keep(device_id, message.payload):
+                self.on_rule_input(device_id)
+            return
         self.ingest.on_message(message)
+        if parsed is not None and parsed[1] in RULE_WAKING:
+            self.on_rule_input(parsed[0])
 
     def _on_connected(self) -> None:
         if self.accounts is not None:
