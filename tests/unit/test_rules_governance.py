@@ -4,6 +4,7 @@ a caller sees."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -11,8 +12,10 @@ from typing import Any, cast
 
 import pytest
 
+from corral.api.intent import AuditCitation
 from corral.api.policies import admission_policies
-from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, RuleSpec
+from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, Rule, RuleSpec
+from corral.audit.log import AuditLog
 from corral.decide.approvals import DEFAULT_PEOPLE
 from corral.decide.grants import GrantView, covering, why_not_covered
 from corral.decide.revisions import (
@@ -22,13 +25,17 @@ from corral.decide.revisions import (
     previous_spec_hash,
     replacing,
     restoring,
+    revised_at,
     spec_hash,
     voids,
 )
-from corral.gateway.access import Access, NamespaceAccess, Rule
+from corral.gateway.access import Access, NamespaceAccess
+from corral.gateway.access import Rule as RbacRule
 from corral.gateway.tools.arguments import ArgumentError
 from corral.gateway.tools.rules import rule_tools, spec_of
 from corral.gateway.view import CallerView
+from corral.kube.objects import Kube
+from corral.reconcile.rules.revisions import Revisions
 
 AGENT = "system:serviceaccount:home:agent"
 PERSON = "alice"
@@ -76,6 +83,14 @@ def test_an_edit_after_the_first_voids_the_grants_to_the_rules_service_account_o
     assert not voids(2, "home", "porch-rule", AGENT, already_voided=False)
     assert not voids(2, "other", "porch-rule", account, already_voided=False)
     assert not voids(3, "home", "porch-rule", account, already_voided=True)
+    # A grant made after the edit is a person's decision about the new revision; one made the same second is voided.
+    edited = revised_at([{"manager": "corral-gateway", "time": "2026-12-03T07:00:00Z", "fieldsV1": {"f:spec": {}}},
+                         {"manager": "corral-controller", "time": "2026-12-03T07:05:00Z",
+                          "fieldsV1": {"f:status": {}}}])
+    assert edited == NOW
+    assert not voids(2, "home", "porch-rule", account, False, NOW + timedelta(seconds=1), edited)
+    assert voids(2, "home", "porch-rule", account, False, NOW, edited)
+    assert voids(2, "home", "porch-rule", account, False, NOW + timedelta(seconds=1), revised_at(None))
 
 
 def grant(voided: str | None) -> GrantView:
@@ -123,7 +138,7 @@ class View:
 
 def test_the_rule_tools_follow_the_callers_rbac_on_rules() -> None:
     def names(*verbs: str) -> list[str]:
-        rules = (Rule(frozenset(verbs), frozenset({"corral.dev"}), frozenset({"rules"}), frozenset()),)
+        rules = (RbacRule(frozenset(verbs), frozenset({"corral.dev"}), frozenset({"rules"}), frozenset()),)
         view = View(["home"], Access.of([NamespaceAccess("home", rules)]))
         return [tool.name for tool in rule_tools(cast(CallerView, view))]
     assert names() == []
@@ -139,3 +154,15 @@ def test_the_rule_policy_checks_author_service_account_devices_and_acceptance() 
     for needed in ("object.spec.author == request.userInfo.username", "check('impersonate')", "check('use')",
                    "check('write')", "check('approve')", "string(object.metadata.generation) + ':'"):
         assert needed in expressions, needed
+
+
+def test_a_revision_observed_before_a_restart_is_not_recorded_or_voided_again() -> None:
+    """The status says this generation was observed, with its record: observe touches neither log nor grants."""
+    cited = AuditCitation(seq=7, hash="a" * 64)
+    rule = Rule.model_validate({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "Rule", "metadata": {"name": "dusk", "namespace": "home",
+                                                                         "generation": 2},
+        "spec": spec().model_dump(mode="json", by_alias=True),
+        "status": {"observedGeneration": 2, "revisionAudit": cited.model_dump()}})
+    revisions = Revisions(cast(Kube, None), cast(AuditLog, None))  # any I/O would fail on None
+    assert asyncio.run(revisions.observe(rule)) == cited

@@ -12,6 +12,7 @@ import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -110,11 +111,30 @@ def service_account_username(namespace: str, service_account: str) -> str:
     return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{service_account}"
 
 
-def voids(generation: int, namespace: str, service_account: str, grant_requester: str, already_voided: bool) -> bool:
+def voids(generation: int, namespace: str, service_account: str, grant_requester: str, already_voided: bool,
+          granted_at: datetime | None = None, revised_at: datetime | None = None) -> bool:
     """Whether a Rule's new generation voids a grant: any edit after the first voids the grants to the Rule's
-    ServiceAccount, in the Rule's namespace, that are not voided already."""
+    ServiceAccount, in the Rule's namespace, that are not voided already, except one a person made after the edit
+    (strictly later by the API server's clocks, which count whole seconds: the same second voids it)."""
+    if granted_at is not None and revised_at is not None and granted_at > revised_at:
+        return False
     return (generation > 1 and not already_voided
             and grant_requester == service_account_username(namespace, service_account))
+
+
+def revised_at(managed_fields: Any) -> datetime | None:
+    """When the spec was last written, from the object's managedFields (the latest entry that owns spec fields);
+    None when they do not say."""
+    latest = None
+    for entry in managed_fields if isinstance(managed_fields, list) else []:
+        if not isinstance(entry, dict) or "f:spec" not in (entry.get("fieldsV1") or {}):
+            continue
+        try:
+            at = datetime.fromisoformat(str(entry.get("time", "")).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        latest = at if latest is None or at > latest else latest
+    return latest
 
 
 def diff(before: RuleSpec | None, after: RuleSpec) -> list[str]:

@@ -7,8 +7,9 @@ revision voids: any edit after the first voids the standing ApprovalGrants of th
 the Rule's ServiceAccount, since the edit may change what they end up letting run without a person. The record
 is on disk before any grant's status shows the voiding, and each voided grant cites it.
 
-A grant a person made after the edit is voided too if the controller sees the revision only then (a restart in
-between): that fails closed, and `corral grants renew` grants it again.
+A grant made after the edit (by the API server's clocks: managedFields, creationTimestamp) is not voided. A
+revision observed before (status.observedGeneration with its revisionAudit: a controller restarted since) is not
+recorded or voided again, so a grant a person renewed stays renewed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from corral.api.intent import AuditCitation
 from corral.api.rule import Rule
 from corral.audit.log import AuditLog
 from corral.decide.approvals import DEFAULT_PEOPLE, People
-from corral.decide.revisions import REVISED, previous_spec_hash, service_account_username, spec_hash, voids
+from corral.decide.revisions import (
+    REVISED,
+    previous_spec_hash,
+    revised_at,
+    service_account_username,
+    spec_hash,
+    voids,
+)
 from corral.kube.client import MERGE, ApiError, path_of
 from corral.kube.objects import Kube
 from corral.kube.typed import Malformed, parse
@@ -49,10 +57,15 @@ class Revisions:
         namespace, name, generation = meta.namespace or "", meta.name or "", meta.generation
         if generation is None:
             return None
+        status = rule.status
+        if status is not None and status.observed_generation == generation and status.revision_audit is not None:
+            return status.revision_audit  # recorded before a restart: its grants were voided then
         spec = rule.spec
         grants = await self._grants(namespace) if generation > 1 else []
+        edited = revised_at((meta.model_extra or {}).get("managedFields"))
         to_void = sorted(g.metadata.name or "" for g in grants if voids(
-            generation, namespace, spec.service_account_name, g.spec.requester, _voided(g)))
+            generation, namespace, spec.service_account_name, g.spec.requester, _voided(g),
+            g.metadata.creation_timestamp, edited))
         sealed = await self.audit.seal(REVISED, f"{namespace}/{name}", {
             "rule": name, "namespace": namespace, "generation": generation, "author": spec.author,
             "authorIsPerson": self.people.includes(spec.author), "specHash": spec_hash(spec),
