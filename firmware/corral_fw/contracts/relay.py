@@ -7,7 +7,7 @@ TYPE = 'relay'
 CONTRACT = {'name': 'Smart relay',
  'model': 'corral-relay-1ch',
  'fw': '1.2.0',
- 'version': 1,
+ 'version': 2,
  'sensors': [{'metric': 'load',
               'unit': 'W',
               'range': {'min': 0, 'max': 3680},
