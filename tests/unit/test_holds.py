@@ -154,3 +154,9 @@ def test_the_revert_command_id_is_stable_and_not_the_intents_own() -> None:
     assert revert_command_id("u-1") == revert_command_id("u-1")
     assert revert_command_id("u-1").startswith("r-") and len(revert_command_id("u-1")) == 26
     assert revert_command_id("u-1") != revert_command_id("u-2")
+
+
+def test_a_hold_that_replaces_a_pending_one_puts_back_what_that_one_would_have() -> None:
+    extended = pending_hold(actuator("light"), True, None, {"light": True}, 600, earlier=("lamp-1", False))
+    assert extended.revert_to is False and "hold of Intent lamp-1" in extended.message
+    assert pending_hold(actuator("light"), True, True, {"light": False}, 600, earlier=("lamp-1", False)).revert_to is True

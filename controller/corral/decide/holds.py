@@ -43,12 +43,18 @@ class PendingHold:
 
 
 def pending_hold(actuator: Actuator, value: object, then: object, before: Mapping[str, object],
-                 hold_s: float) -> PendingHold:
-    """The hold an executed Intent leaves: the value `then` names, else the one the device reported before. An
-    actuator that requires a hold is never put back to on (someone's earlier "on" would then have no limit): its
-    off value instead."""
-    revert_to = then if then is not None else before.get(actuator.id)
-    why = "spec.then" if then is not None else "the value the device reported before"
+                 hold_s: float, earlier: tuple[str, object] | None = None) -> PendingHold:
+    """The hold an executed Intent leaves: the value `then` names, else the one the device reported before. A hold
+    that replaces another one still pending on the actuator (`earlier`: that Intent and its revertTo; its own
+    revert is cancelled by this Intent) puts back what that one would have: extending a hold must not make its
+    "on" the value from before. An actuator that requires a hold is never put back to on (someone's earlier "on"
+    would then have no limit): its off value instead."""
+    if then is not None:
+        revert_to, why = then, "spec.then"
+    elif earlier is not None:
+        revert_to, why = earlier[1], f"the value from before the hold of Intent {earlier[0]}, which this one replaces"
+    else:
+        revert_to, why = before.get(actuator.id), "the value the device reported before"
     if revert_to is None:
         return PendingHold(None, f"Holding {actuator.id}={shown(value)} for {hold_s:g} s; the device reported no "
                                  f"value of {actuator.id} before, so there is nothing known to put back.")

@@ -294,7 +294,7 @@ class ExecutionReconciler:
         before = status_of(intent).before or {}
         changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
         what = ", ".join(f"{k} {shown(b)} -> {shown(a)}" for k, (b, a) in sorted(changed.items())) or "nothing changed"
-        hold = held(intent, view, value, before)
+        hold = held(intent, view, value, before, self.intents)
         await self._finish(intent, view, "EXECUTED",
                            f"{spec.action} {spec.actuator}={shown(value)} done; the device acknowledged "
                            f"command {command_id} ({what})" + (" after a restart." if resumed else ".")

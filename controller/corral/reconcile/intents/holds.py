@@ -54,9 +54,13 @@ log = logging.getLogger(__name__)
 
 REVERTING = "intent.reverting"  # the revert decided: the value and the command id, before the target is applied
 REVERTED = "intent.reverted"  # how the hold ended: Reverted, Failsafe, Cancelled, Refused or Failed
+# How a Pending hold whose revert was decided (status.hold.audit set) says it is driving the failsafe value: what a
+# restarted controller carries on with (revertTo is then the failsafe value).
+FAILSAFE_NOTE = "Failsafe:"
 
 
-def held(intent: StoredIntent, view: DeviceView, value: Any, before: dict[str, Any]) -> dict[str, Any] | None:
+def held(intent: StoredIntent, view: DeviceView, value: Any, before: dict[str, Any],
+         intents: TypedCache[StoredIntent]) -> dict[str, Any] | None:
     """The Pending hold an executed Intent leaves in its final status (None without holdFor)."""
     spec = intent.spec
     contract = view.contract
@@ -65,10 +69,25 @@ def held(intent: StoredIntent, view: DeviceView, value: Any, before: dict[str, A
         return None
     hold_s = seconds_of(spec.hold_for)
     then = spec.then.value if spec.then is not None else None
-    pending = pending_hold(actuator, value, then, before, hold_s)
+    pending = pending_hold(actuator, value, then, before, hold_s, _replaced(intent, intents))
     until = datetime.now(UTC) + timedelta(seconds=hold_s)
     return {"until": until, "revert_to": pending.revert_to, "state": "Pending",
             "message": f"{pending.message[:900]} Due at {until:%H:%M:%S} UTC."}
+
+
+def _replaced(intent: StoredIntent, intents: TypedCache[StoredIntent]) -> tuple[str, Any] | None:
+    """Another Intent's hold still Pending on the same actuator (the newest), which this Intent's execution cancels:
+    its name and what it would have put back."""
+    found: tuple[datetime, str, Any] | None = None
+    for (namespace, name), other in intents.items():
+        hold = status_of(other).hold
+        if (hold is None or hold.state != "Pending" or namespace != namespace_of(intent)
+                or uid_of(other) == uid_of(intent) or other.spec.device != intent.spec.device
+                or other.spec.actuator != intent.spec.actuator or other.spec.action != intent.spec.action):
+            continue
+        if found is None or hold.until > found[0]:
+            found = (hold.until, name, hold.revert_to)
+    return (found[1], found[2]) if found is not None else None
 
 
 def wire_hold(hold: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +128,7 @@ class HoldReverts:
         view = self.devices.view(namespace_of(intent), intent.spec.device)
         if hold.audit is not None:
             # Decided (on record and in status) before a restart: carried on with the same command, never judged again.
-            await self._drive(intent, view, hold.revert_to, self._is_failsafe(intent, view, hold.revert_to))
+            await self._drive(intent, view, hold.revert_to, hold.message.startswith(FAILSAFE_NOTE))
             return
         verdict = judge_revert(await self._facts(intent, view, hold))
         if verdict.kind in ("Cancelled", "Refused"):
@@ -123,18 +142,9 @@ class HoldReverts:
             "message": verdict.message, "holdUntil": hold.until.isoformat()})
         intent = await self.outcomes.write(intent, {"hold": {
             **hold.model_dump(by_alias=False), "revert_to": verdict.value, "audit": cited(sealed),
-            "message": f"{verdict.message} Command {command_id}; waiting for the device."}}, "hold-reverting")
+            "message": f"{FAILSAFE_NOTE + ' ' if verdict.kind == 'failsafe' else ''}{verdict.message} Command "
+                       f"{command_id}; waiting for the device."}}, "hold-reverting")
         await self._drive(intent, view, verdict.value, verdict.kind == "failsafe")
-
-    def _is_failsafe(self, intent: StoredIntent, view: DeviceView | None, value: Any) -> bool:
-        """Resumed: the value decided was the failsafe one when it is not the value the hold meant to put back."""
-        actuator = _actuator(view, intent)
-        if actuator is None or actuator.failsafe is None or intent.spec.hold_for is None:
-            return False
-        then = intent.spec.then.value if intent.spec.then is not None else None
-        meant = pending_hold(actuator, value_of(intent), then, status_of(intent).before or {},
-                             seconds_of(intent.spec.hold_for)).revert_to
-        return bool(value != meant and value == actuator.failsafe.value)
 
     async def _facts(self, intent: StoredIntent, view: DeviceView | None, hold: HoldStatus) -> HoldFacts:
         spec, namespace = intent.spec, namespace_of(intent)
