@@ -51,9 +51,11 @@ def label_value(rule_name: str) -> str:
     return shortened(rule_name)
 
 
-def intent_name(rule_name: str, firing: int, index: int) -> str:
-    """Deterministic, so that the status names the Intents before they exist and a retry makes no second one."""
-    suffix = f"-{firing}-{index}"
+def intent_name(rule_name: str, uid: str | None, firing: int, index: int) -> str:
+    """Deterministic, so that the status names the Intents before they exist and a retry makes no second one:
+    `<rule>-<uid>-<firing>-<action>`. The Rule's uid (its first 5 hex digits) keeps a Rule deleted and made again
+    under the same name from meeting its predecessor's Intents (kept for the retention time) as its own."""
+    suffix = f"-{(uid or '').replace('-', '')[:5] or 'x'}-{firing}-{index}"
     return shortened(rule_name, NAME_LIMIT - len(suffix)) + suffix
 
 

@@ -149,7 +149,8 @@ class Rules(WatchedKind[Rule]):
         self.memory[key] = memory = Memory(evaluation.true_since, memory.last_fired)
         intents = with_outcomes(before.intents, self.outcomes.get(namespace, {}))
         accepted_by = self._accepted_by(rule)
-        refused = refused_of(intents, {intent_name(key[1], before.firings, i) for i in range(len(spec.actions))})
+        refused = refused_of(intents, {intent_name(key[1], rule.metadata.uid, before.firings, i)
+                                       for i in range(len(spec.actions))})
         status = before.model_copy(update={
             "true_since": evaluation.true_since, "intents": intents, "observed_generation": generation,
             "revision_audit": revision or before.revision_audit,
@@ -189,7 +190,7 @@ class Rules(WatchedKind[Rule]):
     async def _fire(self, key: Key, rule: Rule, status: RuleStatus, evaluation: Evaluation, now: datetime) -> Result:
         namespace, name, spec = key[0], key[1], rule.spec
         firing = status.firings + 1
-        names = [(intent_name(name, firing, i), action.device) for i, action in enumerate(spec.actions)]
+        names = [(intent_name(name, rule.metadata.uid, firing, i), action.device) for i, action in enumerate(spec.actions)]
         try:
             await self.audit.append(FIRED, f"{namespace}/{name}", {
                 "rule": name, "namespace": namespace, "generation": rule.metadata.generation, "firing": firing,
