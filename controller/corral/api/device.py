@@ -34,6 +34,8 @@ class Overlay(KubeModel):
     alias: Text64 = Field(
         default="", description="Friendly name, e.g. 'bedroom fan'. At most 64 characters, no control characters."
     )
+    # Free text for people; the controller also makes it the Device's label corral.dev/location (api/locations.py:
+    # "Utility room" -> utility-room), so label selectors (kubectl -l, iot.control's selector) can pick by place.
     location: Text64 = Field(
         default="", description="Where the device is, e.g. 'kitchen, above the sink'. At most 64 characters."
     )
