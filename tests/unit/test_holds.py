@@ -18,6 +18,7 @@ from corral.decide.holds import (
     pending_hold,
     revert_command_id,
 )
+from corral.reconcile.intents.facts import StoredIntent
 
 NOW = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)
 CONTRACT = Contract.model_validate({
@@ -160,3 +161,22 @@ def test_a_hold_that_replaces_a_pending_one_puts_back_what_that_one_would_have()
     extended = pending_hold(actuator("light"), True, None, {"light": True}, 600, earlier=("lamp-1", False))
     assert extended.revert_to is False and "hold of Intent lamp-1" in extended.message
     assert pending_hold(actuator("light"), True, True, {"light": False}, 600, earlier=("lamp-1", False)).revert_to is True
+
+
+def test_a_stored_intent_with_a_hold_the_model_would_refuse_is_decided_not_malformed() -> None:
+    def stored(spec: dict[str, Any]) -> StoredIntent:
+        return StoredIntent.model_validate({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "Intent",
+            "metadata": {"name": "x", "namespace": "home", "uid": "u-1", "creationTimestamp": NOW.isoformat()},
+            "spec": {"device": "heater", "reason": "test", "requester": "agent", **spec}})
+
+    read = stored({"actuator": "power", "action": "read", "holdFor": "3s"})
+    assert read.spec.hold_for == "3s"
+    assert decided(ask("power", None, "read", hold_for_s=3))[0] == "DENY_ARGUMENTS"
+    long = stored({"actuator": "power", "action": "set_level", "params": {"value": "off"}, "holdFor": "48h",
+                   "then": {"value": ["off"]}})
+    assert long.spec.then is not None and long.spec.then.value == ["off"]
+    code, message = decided(ask(value="off", hold_for_s=48 * 3600))
+    assert code == "DENY_ARGUMENTS" and "at most 24h" in message
+    assert decided(ask(value="off", hold_for_s=0))[0] == "DENY_ARGUMENTS"
+    assert decided(ask(value="off", hold_for_s=30, then=["off"]))[0] == "DENY_ARGUMENTS"

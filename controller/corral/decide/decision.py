@@ -24,7 +24,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from corral.api.codes import DecisionCode
-from corral.api.intent import LEASE_ACTIONS, LEASE_ACTUATOR, OVERLAY_ACTIONS, OVERLAY_LIMITS, OVERLAY_VERB
+from corral.api.intent import (
+    LEASE_ACTIONS,
+    LEASE_ACTUATOR,
+    MAX_HOLD_S,
+    OVERLAY_ACTIONS,
+    OVERLAY_LIMITS,
+    OVERLAY_VERB,
+)
 from corral.api.pause import Paused
 from corral.contract.freshness import FACTOR, FreshnessRule
 from corral.contract.model import Actuator, Contract, Risk
@@ -388,6 +395,8 @@ def _hold_problem(intent: IntentFacts, actuator: Actuator, value: Value | None) 
     hold, limit, on = intent.hold_for_s, actuator.max_on_seconds, actuator.is_on(value)
     where = f"Actuator {actuator.id} of Device {intent.device}"
     at_most = f" of at most {limit:g} s" if limit is not None else ""
+    if hold is not None and not 0 < hold <= MAX_HOLD_S:
+        return f"holdFor must be more than 0 and at most {MAX_HOLD_S // 3600}h, not {hold:g} s."
     if hold is None:
         if actuator.hold_required and on:
             stays = (f": its hardware may stay on at most {limit:g} s (maxOnSeconds in its contract)"

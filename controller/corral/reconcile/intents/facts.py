@@ -3,7 +3,8 @@
 `StoredIntent` is `api.intent.Intent` as the API server keeps it. The request model refuses an overlay text
 that is too long, a lease TTL below one second or a value that is not a scalar; the CRD schema cannot say
 so, and the decision judges each of those itself (DENY_ARGUMENTS, or a bounded text), on record. So the
-stored model keeps the API's fields and their limits but leaves those argument checks to `decide`: an Intent
+stored model keeps the API's fields and their limits but leaves those argument checks (and the timed hold's) to
+`decide`: an Intent
 that passes the API server is decided, as before, and only one the API server could not have stored is
 malformed.
 """
@@ -35,9 +36,14 @@ class StoredSpec(IntentSpec):
     """The spec as stored: the request model's argument rules are judged by `decide`, not refused here."""
 
     params: StoredParams | None = None
+    then: StoredParams | None = None
 
     @model_validator(mode="after")
     def _params_unless_read(self) -> StoredSpec:  # overrides IntentSpec's: decide judges the arguments
+        return self
+
+    @model_validator(mode="after")
+    def _held_only_when_acting(self) -> StoredSpec:  # overrides IntentSpec's: decide judges the hold too
         return self
 
 
