@@ -26,8 +26,8 @@ from corral.gateway.selectors import (
 from corral.gateway.tools.arguments import REQUEST_ID, ArgumentError, hold_for
 from corral.gateway.tools.base import RateLimit
 from corral.gateway.tools.control import intent_spec
-from corral.gateway.toolset import Grants, fixed_tools
-from corral.gateway.visible import VisibleDevice
+from corral.gateway.toolset import Grants, device_tools, fixed_tools
+from corral.gateway.visible import VisibleDevice, action_of
 from corral.reconcile.devices.cache import DeviceCache
 from corral.reconcile.devices.wiring import DeviceEvents
 from tests.unit.test_gateway_exposure import CONTRACT
@@ -245,3 +245,20 @@ def test_a_label_only_change_queues_the_device_only_when_the_label_left_the_over
     events.on_device_event("MODIFIED", body("3", 1, {LOCATION_LABEL: "attic"}, "Kitchen"))
     events.on_device_event("MODIFIED", body("4", 1, {}, "Kitchen"))
     assert queued == ["lamp-1", "lamp-1", "lamp-1"]
+
+
+def test_an_actuator_that_needs_a_hold_says_so_in_iot_query_and_in_its_own_tool() -> None:
+    contract = CONTRACT.model_validate({
+        "device_id": "x", "name": "Heater", "model": "corral-heater", "fw": "1.0.0", "sensors": [],
+        "actuators": [{"id": "power", "name": "Power", "type": "bool", "action": "set_state", "risk": "high",
+                       "level": "write", "max_on_seconds": 600, "hold_required": True},
+                      {"id": "fan", "name": "Fan", "type": "bool", "action": "set_state", "risk": "low",
+                       "level": "write"}]})
+    heater = VisibleDevice("home", "heater", lamp("heater").body, contract, frozenset({"read", "write"}))
+    power, fan = (action_of(a) for a in contract.actuators)
+    assert (power["max_on_s"], power["hold_required"]) == (600, True)
+    assert "max_on_s" not in fan and "hold_required" not in fan
+    tools = device_tools([heater], Grants(frozenset({"home"})))
+    assert "Needs hold_for_s (at most 600 s)." in tools["heater.power.set_state"][2]["description"]
+    assert "hold_for_s" not in tools["heater.fan.set_state"][2]["description"]
+    assert "hold_for_s" in tools["heater.fan.set_state"][2]["inputSchema"]["properties"]

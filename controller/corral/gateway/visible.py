@@ -152,6 +152,10 @@ def action_of(actuator: Actuator) -> dict[str, Any]:
         # outage (or wondering why a heater went off) needs it.
         **({"failsafe": {"value": actuator.failsafe.value, "delay_s": actuator.failsafe.delay_s}}
            if actuator.failsafe is not None else {}),
+        # Its hardware on-time limit (the firmware switches it off after that long) and whether a request must carry
+        # hold_for_s: without them an agent learns of the limit only from a refusal.
+        **({"max_on_s": actuator.max_on_seconds} if actuator.max_on_seconds is not None else {}),
+        **({"hold_required": True} if actuator.hold_required else {}),
     }
 
 
