@@ -27,13 +27,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.api.codes import API_VERSION, GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.api.roles import USER_ROLE_RULES
-from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, Rule
+from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, RULE_LABEL, Rule
 from corral.audit.log import AuditLog, read_records
 from corral.decide.revisions import REVISED, spec_hash
 from corral.devcluster.plane import Plane
 from corral.kube.objects import Kube
 from corral.reconcile.rules.revisions import Revisions
-from tests.controller_harness import CORRAL
+from tests.controller_harness import CORRAL, ControllerProcess, device
+from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
 from tests.gateway_harness import gateway_token, kubeconfig_for, stdio_client
 from tests.harness import (
     api_client,
@@ -290,3 +291,100 @@ def test_an_edit_voids_the_grants_to_the_rules_service_account_until_a_person_re
     new_name = renewed.split(":", 1)[0]
     assert "5 more time(s)" in renewed and "for-the-rule revoked" in renewed, renewed
     assert "voided" not in status(new_name)
+
+
+# ---- with the controller: acceptance, the agents' pause, the controller's records and voiding -------------------
+
+VALVE, PROBE = "main-valve", "cellar-probe"
+ACTING_ROLE = [{"apiGroups": [GROUP], "resources": ["devices"], "verbs": ["get", "list", "read", "write"]},
+               {"apiGroups": [GROUP], "resources": ["intents"], "verbs": ["get", "list", "watch", "create"]}]
+
+
+@dataclass
+class Acting:
+    fleet: Any
+    controller: ControllerProcess
+
+
+@pytest.fixture(scope="module")
+def acting(plane: Plane, governed: Governed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Acting]:
+    """A valve and a leak probe, and the controller, in the module's namespace; the Rule acts as porch-rule."""
+    ns = governed.namespace
+    apply_yaml(governed.admin, yaml.safe_dump_all(_role("acting", ACTING_ROLE, {
+        "kind": "ServiceAccount", "name": "porch-rule", "namespace": ns})), ns)
+    prefix = f"rgov-{uuid.uuid4().hex[:8]}"
+    devices = {VALVE: "water_valve", PROBE: "leak_probe"}
+    with running_fleet(plane, prefix, devices, enroll_in=(governed.admin, ns), telemetry_interval_s=0.5) as fleet:
+        controller = ControllerProcess(plane, ns, prefix, tmp_path_factory.mktemp("rgov") / "controller.log",
+                                       "--approvals", "medium=0", "--status-interval", "1")
+        controller.start()
+        try:
+            wait_for(lambda: all((device(governed.admin, ns, d).get("status") or {}).get("inSync") for d in devices),
+                     "every device registered and in sync", timeout_s=30)
+            yield Acting(fleet, controller)
+        finally:
+            controller.stop()
+
+
+def test_an_agents_rule_acts_only_once_a_person_accepts_it_and_not_while_agents_are_paused(
+        governed: Governed, acting: Acting) -> None:
+    started = time.monotonic()
+    ns, name = governed.namespace, f"leak-{uuid.uuid4().hex[:6]}"
+    objects = kubernetes.client.CustomObjectsApi(governed.agent)
+    # A person's standing grant to the Rule's ServiceAccount, made well before the agent's edit below (seconds: the
+    # pause and the acceptance come between; the API server's clocks count whole seconds).
+    expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kubernetes.client.CustomObjectsApi(governed.person).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "approvalgrants", {
+            "apiVersion": API_VERSION, "kind": "ApprovalGrant", "metadata": {"name": f"{name}-grant"},
+            "spec": {"grantor": governed.person_username, "requester": f"system:serviceaccount:{ns}:porch-rule",
+                     "devices": [VALVE], "actuators": ["open"], "values": [False], "uses": 3,
+                     "expiresAt": expires}})
+    on_fleet(acting.fleet, lambda: acting.fleet.set_sensor(PROBE, "wet", True))
+    body = {"apiVersion": API_VERSION, "kind": "Rule", "metadata": {"name": name}, "spec": {
+        "serviceAccountName": "porch-rule", "author": governed.agent_username, "inputs": [PROBE],
+        "condition": f'readings["{PROBE}"]["wet"]', "for": "0s", "cooldown": "10m", "maxReadingAgeSeconds": 5,
+        "reason": "shut the water off when the cellar floods",
+        "actions": [{"device": VALVE, "actuator": "open", "action": "set_state", "value": False}]}}
+    objects.create_namespaced_custom_object(GROUP, VERSION, ns, "rules", body)
+
+    def state() -> str | None:
+        return (governed.rule(name).get("status") or {}).get("state")
+
+    def made() -> list[dict[str, Any]]:
+        return list(kubernetes.client.CustomObjectsApi(governed.admin).list_namespaced_custom_object(
+            GROUP, VERSION, ns, "intents", label_selector=f"{RULE_LABEL}={name}")["items"])
+
+    # The probe is wet and the Rule's ServiceAccount may close the valve, but an agent wrote it: it waits.
+    wait_for(lambda: state() == "AwaitingAcceptance", "the agent's Rule to wait for a person", timeout_s=15)
+    assert made() == []
+    # A person accepts it while agents are paused: an agent's Rule obeys the agents' pause.
+    governed.corral("agents", "pause", "--reason", "checking the cellar")
+    governed.corral("rules", "accept", name)
+    wait_for(lambda: state() == "Paused", "the accepted Rule to be held by the agents' pause", timeout_s=15)
+    assert made() == [] and (governed.rule(name)["status"].get("acceptedGeneration") == 1)
+    governed.corral("agents", "resume")
+    intents = wait_for(made, "the Rule to act once agents may", timeout_s=15)
+    assert intents[0]["spec"]["requester"] == f"system:serviceaccount:{ns}:porch-rule"
+    wait_for(lambda: ("open", False) in hardware_applies(acting.fleet, VALVE), "the valve to close", timeout_s=15)
+
+    # The agent edits it: a new revision that waits again, and the grants to the Rule's ServiceAccount are void.
+    objects.patch_namespaced_custom_object(GROUP, VERSION, ns, "rules", name, {"spec": {"cooldown": "20m"}})
+    wait_for(lambda: state() == "AwaitingAcceptance", "the edited Rule to wait for a person again", timeout_s=15)
+
+    def voided() -> dict[str, Any] | None:
+        got = kubernetes.client.CustomObjectsApi(governed.person).get_namespaced_custom_object(
+            GROUP, VERSION, ns, "approvalgrants", f"{name}-grant")
+        return (got.get("status") or {}).get("voided")
+    void = wait_for(voided, "the controller to void the grant to the Rule's ServiceAccount", timeout_s=15)
+    assert void["rule"] == name and void["generation"] == 2, void
+
+    records = [r for r in read_records(acting.controller.audit_dir)
+               if r.kind == REVISED and r.data.get("rule") == name]
+    assert [(r.data["generation"], r.data["author"], r.data["authorIsPerson"]) for r in records] == [
+        (1, governed.agent_username, False), (2, governed.agent_username, False)], records
+    # Every grant to porch-rule made before the edit (the one renewed by the test above too), none to anyone else.
+    assert f"{name}-grant" in records[1].data["voidedGrants"] and "for-the-agent" not in records[1].data["voidedGrants"]
+    assert void["audit"]["seq"] == records[1].seq
+    assert governed.rule(name)["status"]["revisionAudit"]["seq"] == records[1].seq
+    print(f"acceptance and pause: {time.monotonic() - started:.1f} s")
