@@ -27,6 +27,7 @@ from corral.api.durations import seconds_of
 from corral.api.intent import HoldState, HoldStatus
 from corral.contract.model import Actuator
 from corral.contract.values import shown
+from corral.decide.decision import InterlockVerdict
 from corral.decide.holds import HoldFacts, LaterIntent, TargetNow, judge_revert, pending_hold, revert_command_id
 from corral.kube.cache import TypedCache
 from corral.kube.client import ApiError
@@ -115,8 +116,13 @@ class HoldReverts:
         if wait > 0:
             return Result.after(wait)
         view = self.devices.view(namespace_of(intent), intent.spec.device)
-        if view is not None and not view.exists and self.devices.still_listening():
-            return Result.after(1.0)  # just (re)started: the device may announce itself in a moment
+        if view is not None and not view.exists:
+            # Not heard of since the controller started (it was offline across a restart): its contract, which the
+            # revert is checked against, comes when it announces itself; the revert waits for it.
+            if not self.devices.still_listening():
+                log.debug("Intent %s: its hold ran out; waiting for Device %s to announce itself", name_of(intent),
+                         intent.spec.device)
+            return Result.after(1.0 if self.devices.still_listening() else 5.0)
         return None
 
     # ---- at `until`, on the Device's execution queue ------------------------------------------------------------
@@ -156,7 +162,7 @@ class HoldReverts:
             body = None
         actuator = _actuator(view, intent)
         checked = checked_value(view, intent)
-        verdicts: tuple[Any, ...] = ()
+        verdicts: tuple[InterlockVerdict, ...] = ()
         interlocks = self.gatherer.interlocks
         if interlocks is not None and view is not None and actuator is not None and hold.revert_to is not None:
             verdicts = interlocks.verdicts(namespace, view.body, spec.actuator, hold.revert_to, self.devices.view)
