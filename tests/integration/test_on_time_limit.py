@@ -1,6 +1,6 @@
 """The on-time limit end to end: real firmware, real Mosquitto, real API server, `corral run` as a process.
 
-A simulated relay whose firmware was built with `max_on_seconds: 4` (the catalog relay says 4 h: the simulator
+A simulated relay whose firmware was built with `max_on_seconds: 5` (the catalog relay says 4 h: the simulator
 builds a device from a modified contract, as a vendor would build firmware with its own limit; a lower limit is
 a narrowing, so the controller trusts it by itself) is switched on through its Device's target. Then the
 controller is SIGSTOPped (a hung controller: it sends nothing, heartbeats included) and the relay goes off by
@@ -13,6 +13,7 @@ from a watcher's record of when each message arrived: both are time.monotonic() 
 from __future__ import annotations
 
 import copy
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,10 +36,10 @@ from tests.harness import fresh_namespace, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.alone]  # a timed limit: not beside another worker
 
 RELAY = "heater-plug"
-LIMIT_S = 4.0
+LIMIT_S = 5.0
 INTERVAL_S = 0.5  # the controller's heartbeat: beats every half second while it runs, none while it is stopped
 # The fleet's timers fire a few ms late; the watcher hears of an apply a moment after the hardware.
-LATE_S = 0.5
+LATE_S = 1.0
 
 
 def short_limit() -> dict[str, Any]:
@@ -136,7 +137,8 @@ def test_a_relay_with_max_on_seconds_turns_itself_off_with_the_controller_stoppe
     condition = wait_for(lambda: site.condition("OnTimeLimit").get("status") == "True" and site.condition("OnTimeLimit"),
                          "condition OnTimeLimit", timeout_s=10)
     assert condition["reason"] == "LimitReached"
-    assert "relay -> false after 4.0 s on (its on-time limit is 4.0 s)" in condition["message"]
+    said_limit = r"relay -> false after 5\.\d s on \(its on-time limit is 5\.0 s\)"
+    assert re.search(said_limit, condition["message"]), condition["message"]
     assert "spec.target.relay=true is not driven again by itself" in condition["message"]
     status = site.status()
     assert status["reported"]["relay"] is False and status["inSync"] is False
@@ -146,7 +148,7 @@ def test_a_relay_with_max_on_seconds_turns_itself_off_with_the_controller_stoppe
     assert [v for v, _ in site.relay()] == [True, False]
     notes = wait_for(lambda: [e.note for e in events(site.admin, site.namespace, RELAY) if e.reason == "OnTimeLimit"],
                      "the OnTimeLimit Event")
-    assert notes == ["The device switched relay -> false after 4.0 s on (its on-time limit is 4.0 s) by itself."]
+    assert len(notes) == 1 and re.fullmatch(f"The device switched {said_limit} by itself\\.", notes[0]), notes
     records = wait_for(lambda: [r for r in read_records(site.controller.audit_dir) if r.kind == "device.max_on"],
                        "the limit on record")
     assert records[-1].data["actuator"] == "relay" and records[-1].data["max_on_s"] == LIMIT_S
