@@ -212,3 +212,15 @@ def test_a_limit_the_model_would_refuse_refuses_to_build():
     assert max_on_of(make_actuator({"id": "x", "type": "bool", "action": "set_state"})) is None
     heater = make_actuator(HEATER["actuators"][0])
     assert max_on_of(heater) == ("off", HEATER_LIMIT_MS)
+
+
+def test_the_simulated_heaters_load_and_warmth_follow_its_setting():
+    device, board, _clock = make(HEATER, "space_heater", "heater-1")
+    assert board.read("load") == 0
+    cold = board.read("temperature")
+    for level, low, high in (("low", 900, 1100), ("high", 1900, 2100)):
+        assert command(device, "set-" + level, "set_level", "power", level)["ok"]
+        assert low <= board.read("load") <= high, level
+    assert board.read("temperature") > cold + 1.5  # its boost: the air at the intake warms while it runs
+    assert command(device, "off", "set_level", "power", "off")["ok"]
+    assert board.read("load") == 0 and board.read("temperature") < cold + 1.5
