@@ -102,11 +102,12 @@ class Home:
         return kubernetes.client.CustomObjectsApi(client or self.owner)
 
     def rule(self, name: str, actions: list[dict[str, Any]], *, account: str = "leak-rule", probe: str = PROBE,
-             for_s: int = FOR_S, cooldown: str = "5m") -> str:
+             for_s: int = FOR_S, cooldown: str = "5m", dry_run: bool = False) -> str:
         body = {"apiVersion": API_VERSION, "kind": "Rule", "metadata": {"name": name},
                 "spec": {"serviceAccountName": account, "author": self.owner_name, "inputs": [probe],
                          "condition": f'readings["{probe}"]["wet"]', "for": f"{for_s}s", "cooldown": cooldown,
-                         "maxReadingAgeSeconds": 5, "actions": actions, "reason": "water on the floor"}}
+                         "maxReadingAgeSeconds": 5, "actions": actions, "reason": "water on the floor",
+                         "dryRun": dry_run}}
         self.objects().create_namespaced_custom_object(GROUP, VERSION, self.namespace, "rules", body)
         return name
 
@@ -293,6 +294,17 @@ def test_a_high_risk_action_waits_for_approval_unless_a_standing_grant_covers_th
     assert status["code"] == "EXECUTED" and status.get("grant") == "lock-on-leak" and not status.get("approval")
     home.wet(False)
     home.delete_rule(granted)
+
+
+def test_a_dry_run_says_it_would_fire_and_does_nothing(home: Home) -> None:
+    moves = len(home.valve_moves())
+    rule = home.rule("rehearsal", [CLOSE], for_s=0, dry_run=True)
+    home.wet(True)
+    status = wait_for(lambda: (s := home.status(rule)).get("state") == "Fired" and s, "the dry run to fire")
+    assert status["message"].startswith("Dry run: it would fire now") and status.get("firings", 0) == 0
+    assert not home.intents_of(rule) and len(home.valve_moves()) == moves
+    home.wet(False)
+    home.delete_rule(rule)
 
 
 def test_a_condition_flapping_within_the_cooldown_fires_once(home: Home) -> None:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 FIRED = "rule.fired"
 RETRY_S = 1.0
 SCOPE_RECHECK_S = 30.0  # RBAC is not watched: a Rule refused for its author's rights asks again this often
+MAX_OUTCOMES = 1024  # per namespace: the outcomes remembered (a Rule's status keeps its own 16 newest)
 
 
 class Rules(WatchedKind[Rule]):
@@ -100,10 +101,17 @@ class Rules(WatchedKind[Rule]):
         if status is None or status.phase not in FINAL_PHASES or not status.code:
             return
         namespace = intent.metadata.namespace or ""
-        self.outcomes.setdefault(namespace, {})[intent.metadata.name or ""] = Outcome(status.code, status.message)
+        self._remember(namespace, intent.metadata.name or "", Outcome(status.code, status.message))
         for key, _ in self.objects.items():
             if key[0] == namespace and label_value(key[1]) == labels[RULE_LABEL]:
                 self.queue.add(key)
+
+    def _remember(self, namespace: str, intent: str, outcome: Outcome) -> None:
+        known = self.outcomes.setdefault(namespace, {})
+        known.pop(intent, None)
+        known[intent] = outcome
+        while len(known) > MAX_OUTCOMES:
+            del known[next(iter(known))]  # the oldest: its Rule's status holds its code by now
 
     def on_pause_change(self, namespace: str) -> None:
         for key, _ in self.objects.items():
@@ -209,7 +217,7 @@ class Rules(WatchedKind[Rule]):
         for (intent, _), action in zip(names, spec.actions, strict=True):
             result = await self.acting.make(rule, intent, action)
             if result.code is not None:
-                self.outcomes.setdefault(namespace, {})[intent] = Outcome(result.code, result.message)
+                self._remember(namespace, intent, Outcome(result.code, result.message))
                 self.queue.add(key)
         look_again = evaluation.look_again_s
         return Result.after(look_again) if look_again is not None else Result.done()
