@@ -26,7 +26,8 @@ heartbeat ends the loss; the device never restores the old value itself (the con
 On-time limits (docs/protocol.md, "On-time limits"): an actuator whose contract declares `max_on_seconds` is
 switched to its off value (false, or "off" for an enum) once it has been on that long without going off, on the
 device's own monotonic clock, controller or not, and the device says so in a `state` event with value `max_on`
-(and a `max_on` record per actuator in that event and in every ack until the actuator is set again). The clock
+(and a `max_on` record per actuator in that event and in every ack until the actuator is set again; the record is
+kept in the store, so a reboot does not forget it and the controller does not drive it on again). The clock
 starts when the actuator goes from off to any on value (a command, a local change, a failsafe, or boot in an on
 value) and stops only when it goes off: a repeated on command, or a change between on values (low -> high), does
 not restart it, so the limit bounds continuous on-time whoever asks. If the hardware does not move, the device
@@ -150,9 +151,12 @@ class Device:
                 self._limit_of[actuator.id] = limit
         self._on_since = {}  # actuator id -> clock.ms() when it went on (absent: off)
         self._limit_retry = {}  # actuator id -> when to try again an off that failed
-        self.max_on_state = {}  # actuator id -> the limit switched it off (until set again)
+        self.max_on_state = {}  # actuator id -> the limit switched it off (until set again; kept in the store)
+        kept = saved.get("max_on", {})
         now = clock.ms()
-        for actuator, _off, _limit_ms in self._limits:
+        for actuator, off, _limit_ms in self._limits:
+            if actuator.id in kept and actuator.value == off:
+                self.max_on_state[actuator.id] = kept[actuator.id]
             self._track_on(actuator, now)
 
         self.metrics = [s["metric"] for s in contract.get("sensors", [])]
@@ -301,11 +305,11 @@ class Device:
             return self._error(command_id, "actuator '" + actuator.id + "' failed: " + str(failure))
         actuator.apply(applied)
         self.failsafe_state.pop(actuator.id, None)  # set again: no longer at its failsafe value for a loss
-        self.max_on_state.pop(actuator.id, None)
+        forgot = self._forget_limit(actuator.id)
         self._track_on(actuator, self.clock.ms())
         self.executions += 1
-        if actuator.type == "counter":
-            self._save_counters()
+        if actuator.type == "counter" or forgot:
+            self._save()
         if clamped:
             return self._ack(command_id, True, None, {"actuator": actuator.id, "requested": requested, "applied": applied})
         return self._ack(command_id, True, None)
@@ -337,11 +341,11 @@ class Device:
         self.board.apply(actuator.id, applied, actuator.units_for(applied))
         actuator.apply(applied)
         self.failsafe_state.pop(actuator.id, None)
-        self.max_on_state.pop(actuator.id, None)
+        forgot = self._forget_limit(actuator.id)
         self._track_on(actuator, self.clock.ms())
         self.local_changes += 1
-        if actuator.type == "counter":
-            self._save_counters()
+        if actuator.type == "counter" or forgot:
+            self._save()
         self._publish_state("local")
 
     def _publish_state(self, cause: str, failsafe=None, max_on=None) -> None:
@@ -409,7 +413,8 @@ class Device:
             actuator.apply(value)
             self.failsafes_applied += 1
             self.failsafe_state[actuator.id] = record
-            self.max_on_state.pop(actuator.id, None)
+            if self._forget_limit(actuator.id):
+                self._save()
             self._track_on(actuator, now_ms)
             self._publish_state(FAILSAFE)
 
@@ -455,17 +460,26 @@ class Device:
             self.limits_applied += 1
             self.failsafe_state.pop(actuator.id, None)  # off now, whatever the failsafe had set
             self.max_on_state[actuator.id] = record
+            self._save()  # a reboot must not forget it: the controller would switch the actuator on again
             self._track_on(actuator, now_ms)
             self._publish_state(MAX_ON)
 
-    def _save_counters(self) -> None:
+    def _forget_limit(self, actuator_id: str) -> bool:
+        """Set again: no longer switched off by its limit. Whether there was a record (the store needs saving)."""
+        return self.max_on_state.pop(actuator_id, None) is not None
+
+    def _save(self) -> None:
+        """What must survive a reboot: counter totals, and which actuators their on-time limit switched off."""
         if self.store is None:
             return
         counters = {}
         for actuator in self.actuators:
             if actuator.type == "counter":
                 counters[actuator.id] = actuator.value
-        self.store.save({"counters": counters})
+        data = {"counters": counters}
+        if self.max_on_state:
+            data["max_on"] = self.max_on_state
+        self.store.save(data)
 
     # Sensors, telemetry, events -------------------------------------------------------
 

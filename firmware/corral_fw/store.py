@@ -1,8 +1,10 @@
-"""Persistent storage for what must survive a power cycle: counter totals.
+"""Persistent storage for what must survive a power cycle: counter totals, and on-time limits that acted.
 
 A counter's state is the total executed so far; if it restarted at 0 after a
 reboot, repeating "feed to 3" would feed again. So counters are saved after
-every execution and loaded at boot. Everything else starts from its boot state.
+every execution and loaded at boot. An actuator its on-time limit switched off
+stays reported so after a reboot (until set again), or a controller would switch
+it on again. Everything else starts from its boot state.
 """
 
 import json

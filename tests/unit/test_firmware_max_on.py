@@ -224,3 +224,28 @@ def test_the_simulated_heaters_load_and_warmth_follow_its_setting():
     assert board.read("temperature") > cold + 1.5  # its boost: the air at the intake warms while it runs
     assert command(device, "off", "set_level", "power", "off")["ok"]
     assert board.read("load") == 0 and board.read("temperature") < cold + 1.5
+
+
+def test_a_reboot_does_not_forget_that_the_limit_acted():
+    from corral_fw.store import MemoryStore
+
+    flash = MemoryStore()
+    clock = ManualClock()
+    contract = with_relay_limit(5)
+    board = SimBoard(contract, "relay-1", 7, "relay", clock.ms(), auto_inputs=False)
+    device = Device(contract, "relay-1", board, clock, prefix="t", telemetry_ms=3600000, store=flash)
+    device.transport = FakeTransport()
+    relay(device, "on-1", True)
+    run_until(device, clock, 5000)
+    record = device.max_on_state["relay"]
+    rebooted, _board, _clock = make(contract, "relay", "relay-1", clock)
+    assert rebooted.max_on_state == {}, "no store: nothing to remember"
+    board2 = SimBoard(contract, "relay-1", 7, "relay", clock.ms(), auto_inputs=False)
+    rebooted = Device(contract, "relay-1", board2, clock, prefix="t", telemetry_ms=3600000, store=flash)
+    rebooted.transport = FakeTransport()
+    rebooted.on_connect()
+    assert rebooted.transport.events("connect")[0]["max_on"] == {"relay": record}
+    ack = json.loads(rebooted.handle_command('{"id": "g-1", "cmd": "get_state"}'))
+    assert ack["state"]["relay"] is False and ack["max_on"]["relay"] == record
+    relay(rebooted, "on-2", True)  # set again: forgotten, in the store too
+    assert rebooted.max_on_state == {} and "max_on" not in flash.load()
