@@ -274,10 +274,13 @@ class ExecutionReconciler:
         try:
             after = await asyncio.wait_for(asyncio.shield(reached), timeout)
         except TimeoutError:
+            # The target stays set, so a timed hold still runs out and puts the value back (never on for good).
+            hold = held(intent, view, value, status_of(intent).before or {}, self.intents)
             await self._finish(
                 intent, view, "TIMEOUT", f"The device did not acknowledge command {command_id} ({spec.actuator}="
                 f"{shown(value)}) within {timeout:g} s. The target stays set; the controller keeps driving the "
-                "device there.", {})
+                "device there." + (f" {hold['message']}" if hold else ""), {"hold": hold},
+                {"hold": wire_hold(hold)} if hold else None)
             return
         except DeviceRefused as refusal:
             # The device's words are data: quoted and labelled in the message, and kept apart in deviceError.
