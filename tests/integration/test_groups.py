@@ -33,7 +33,7 @@ from tests.harness import fresh_namespace, wait_for
 pytestmark = pytest.mark.integration
 
 ROOM = [f"lamp-{i}" for i in range(1, 6)]
-FLEET = {**{name: "light" for name in ROOM}, "desk-lamp": "light"}
+FLEET = {**dict.fromkeys(ROOM, "light"), "desk-lamp": "light"}
 
 
 @dataclass
@@ -96,8 +96,8 @@ def test_a_room_switched_on_in_one_call_with_one_light_unplugged_answers_each_li
     for name in ROOM[:4]:
         house.set_location(name, "Utility room")
     house.set_location("desk-lamp", "Study")
-    wait_for(lambda: house.labelled("utility-room") == ROOM[:4], "the location label on the four lights")
-    assert house.labelled("study") == ["desk-lamp"]
+    wait_for(lambda: house.labelled("utility-room") == ROOM[:4] and house.labelled("study") == ["desk-lamp"],
+             "the location label on the four lights and the study lamp")
 
     async def scenario() -> tuple[types.CallToolResult, types.CallToolResult, types.CallToolResult]:
         async with stdio_client(house.kubeconfig) as agent:
@@ -122,7 +122,7 @@ def test_a_room_switched_on_in_one_call_with_one_light_unplugged_answers_each_li
     first, again, nothing = run(scenario())
     answer = first.structured_content
     outcomes = {r["device_id"].split("/")[1]: r["code"] for r in answer["results"]}
-    assert outcomes == {**{name: "EXECUTED" for name in ROOM[:4]}, "lamp-5": "DEVICE_GONE"}, answer
+    assert outcomes == {**dict.fromkeys(ROOM[:4], "EXECUTED"), "lamp-5": "DEVICE_GONE"}, answer
     # The whole is not a success: an error for MCP, no success code, and the sentence says what failed.
     assert first.is_error and answer["code"] == "MIXED"
     assert answer["message"].startswith(f"4 of 5 EXECUTED; 1 DEVICE_GONE ({house.namespace}/lamp-5).")
@@ -171,3 +171,16 @@ def test_a_label_selector_dry_run_and_a_hold_reach_the_intents_and_change_nothin
     assert ("power", True) not in hardware_applies(house.fleet, "desk-lamp")
     # The whole module (namespace, fleet, controller, three gateway sessions) within its budget.
     print(f"\ngroups module: {time.monotonic() - house.started_s:.1f} s")
+
+
+def test_a_label_changed_by_hand_is_put_back_and_an_emptied_location_removes_it(house: House) -> None:
+    house.set_location("desk-lamp", "Study")
+    wait_for(lambda: house.labelled("study") == ["desk-lamp"], "the study lamp labelled")
+    objects = kubernetes.client.CustomObjectsApi(house.admin)
+    objects.patch_namespaced_custom_object(GROUP, VERSION, house.namespace, "devices", "desk-lamp",
+                                           {"metadata": {"labels": {LOCATION_LABEL: "attic"}}})
+    wait_for(lambda: house.labelled("study") == ["desk-lamp"] and house.labelled("attic") == [],
+             "the label put back as the overlay says")
+    house.set_location("desk-lamp", "")
+    wait_for(lambda: LOCATION_LABEL not in (device(house.admin, house.namespace, "desk-lamp")["metadata"].get("labels")
+                                            or {}), "the label removed with the location")
