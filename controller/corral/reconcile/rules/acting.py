@@ -16,6 +16,7 @@ device's contract; `write`, the lowest, while the contract is not known to this 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from corral.kube.objects import Kube
 from corral.reconcile.devices.port import DeviceView
 
 NAME_LIMIT = 63  # Intent names and label values alike
+ANSWER_TTL_S = 10.0  # as kube/access.py keeps its answers: an RBAC change shows within this
 
 
 def sa_username(namespace: str, service_account: str) -> str:
@@ -75,6 +77,7 @@ class Acting:
         self.kube = kube
         self.access = access
         self.view_of = view_of
+        self._answers: dict[tuple[str, str, str, str], tuple[float, bool]] = {}  # remembered briefly, bounded
 
     async def author_lacks(self, rule: Rule) -> list[str]:
         """What the revision's author may not do of what the Rule does; empty: nothing."""
@@ -124,10 +127,18 @@ class Acting:
         return Made(name, action.device)
 
     async def _may_use(self, user: str, groups: list[str], namespace: str, service_account: str, verb: str) -> bool:
+        question = (user, verb, namespace, service_account)
+        kept = self._answers.get(question)
+        if kept is not None and kept[0] > time.monotonic():
+            return kept[1]
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                   "spec": {"user": user, "groups": groups,
                            "resourceAttributes": {"group": "", "resource": "serviceaccounts", "verb": verb,
                                                   "namespace": namespace, "name": service_account}}}
         answer = await self.kube.api.request(
             "POST", path_of("authorization.k8s.io", "v1", "subjectaccessreviews"), body=review)
-        return bool((answer.get("status") or {}).get("allowed"))
+        allowed = bool((answer.get("status") or {}).get("allowed"))
+        if len(self._answers) >= 10_000:
+            self._answers.clear()
+        self._answers[question] = (time.monotonic() + ANSWER_TTL_S, allowed)
+        return allowed
