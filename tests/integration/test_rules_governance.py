@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,17 +21,19 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.api.codes import API_VERSION, GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.api.roles import USER_ROLE_RULES
 from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, RULE_LABEL, Rule
 from corral.audit.log import AuditLog, read_records
+from corral.cli.main import cli
 from corral.decide.revisions import REVISED, spec_hash
 from corral.devcluster.plane import Plane
 from corral.kube.objects import Kube
 from corral.reconcile.rules.revisions import Revisions
-from tests.controller_harness import CORRAL, ControllerProcess, device
+from tests.controller_harness import ControllerProcess, device
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
 from tests.gateway_harness import gateway_token, kubeconfig_for, stdio_client
 from tests.harness import (
@@ -71,12 +71,11 @@ class Governed:
     def person_username(self) -> str:
         return person_user(self.namespace, "parent")
 
-    def corral(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        """`corral ARGS -n NS` as the person."""
-        done = subprocess.run([CORRAL, *args, "-n", self.namespace], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "KUBECONFIG": str(self.person_kubeconfig)})
-        assert done.returncode == 0 or not ok, done.stderr
-        return done
+    def corral(self, *args: str) -> str:
+        """`corral ARGS -n NS` as the person (in this process: the command, without a second interpreter's start)."""
+        done = CliRunner().invoke(cli, [*args, "-n", self.namespace, "--kubeconfig", str(self.person_kubeconfig)])
+        assert done.exit_code == 0, (done.stdout, done.stderr, done.exception)
+        return done.stdout
 
     def rule(self, name: str) -> dict[str, Any]:
         return kubernetes.client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
@@ -181,7 +180,7 @@ def test_the_api_server_refuses_a_rule_that_would_lend_its_writer_more_than_it_h
     wrong = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: f"2:{governed.person_username}"}}}
     said = _refused(governed.person, ns, "patch_namespaced_custom_object", "evening", wrong)
     assert f'must be exactly "1:{governed.person_username}"' in said, said
-    shown = governed.corral("rules", "accept", "evening").stdout
+    shown = governed.corral("rules", "accept", "evening")
     assert f"revision 1 by {governed.agent_username} accepted by {governed.person_username}" in shown, shown
     annotations = governed.rule("evening")["metadata"]["annotations"]
     assert annotations[ACCEPTED_ANNOTATION] == f"1:{governed.person_username}"
@@ -229,11 +228,18 @@ def test_an_agent_edits_a_rule_through_the_gateway_and_one_call_restores_the_pre
                for r in listed.structured_content["rules"])
 
     # A person reads the diff, and restoring again toggles back to the agent's edit.
-    shown = governed.corral("rules", "show", name).stdout
+    shown = governed.corral("rules", "show", name)
     assert "Changes against the kept previous revision" in shown and '-      "value": 100' in shown, shown
     governed.corral("rules", "restore", name)
     again = governed.rule(name)
     assert again["spec"]["actions"][0]["value"] == 100 and again["spec"]["author"] == governed.person_username
+
+    # The Rules' own switch, written in the person's name.
+    assert "Rules paused by" in governed.corral("rules", "pause", "--reason", "away for the week")
+    switch = kubernetes.client.CustomObjectsApi(governed.admin).get_namespaced_custom_object(
+        GROUP, VERSION, governed.namespace, "agentpauses", "rules")
+    assert switch["spec"]["paused"] is True and switch["spec"]["by"] == governed.person_username
+    governed.corral("rules", "resume")
     print(f"gateway edits: {time.monotonic() - started:.1f} s")
 
 
@@ -285,9 +291,9 @@ def test_an_edit_voids_the_grants_to_the_rules_service_account_until_a_person_re
     voided = status("for-the-rule")["voided"]
     assert voided["rule"] == "dusk" and voided["generation"] == 2 and voided["audit"]["seq"] == cited.seq
     assert "voided" not in status("for-the-agent")
-    listed = governed.corral("grants", "list").stdout
+    listed = governed.corral("grants", "list")
     assert "for-the-rule" in listed and "VOIDED by Rule dusk revision 2" in listed, listed
-    renewed = governed.corral("grants", "renew", "for-the-rule").stdout
+    renewed = governed.corral("grants", "renew", "for-the-rule")
     new_name = renewed.split(":", 1)[0]
     assert "5 more time(s)" in renewed and "for-the-rule revoked" in renewed, renewed
     assert "voided" not in status(new_name)
