@@ -19,6 +19,7 @@ from corral.decide.holds import (
     revert_command_id,
 )
 from corral.reconcile.intents.facts import StoredIntent
+from corral.reconcile.intents.holds import target_now
 
 NOW = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)
 CONTRACT = Contract.model_validate({
@@ -180,3 +181,16 @@ def test_a_stored_intent_with_a_hold_the_model_would_refuse_is_decided_not_malfo
     assert code == "DENY_ARGUMENTS" and "at most 24h" in message
     assert decided(ask(value="off", hold_for_s=0))[0] == "DENY_ARGUMENTS"
     assert decided(ask(value="off", hold_for_s=30, then=["off"]))[0] == "DENY_ARGUMENTS"
+
+
+def test_the_target_now_names_the_field_manager_that_owns_it_and_the_intent_that_applied_last() -> None:
+    def entry(manager: str, *actuators: str) -> dict[str, Any]:
+        return {"manager": manager, "operation": "Apply", "fieldsV1": {
+            "f:spec": {"f:target": {f"f:{a}": {} for a in actuators}}}}
+
+    body = {"metadata": {"annotations": {"corral.dev/intent": "lamp-1"},
+                         "managedFields": [entry("corral-intents", "power", "brightness"), entry("kubectl", "brightness")]},
+            "spec": {"target": {"power": True, "brightness": 30}}}
+    assert target_now(body, "power") == TargetNow(True, True, "corral-intents", "lamp-1")
+    assert target_now(body, "brightness") == TargetNow(True, 30, "kubectl", "lamp-1")  # shared: theirs
+    assert target_now(body, "color_temp") == TargetNow(False, None, None, "lamp-1")

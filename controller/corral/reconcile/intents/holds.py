@@ -168,7 +168,7 @@ class HoldReverts:
             verdicts = interlocks.verdicts(namespace, view.body, spec.actuator, hold.revert_to, self.devices.view)
         return HoldFacts(intent=intent.metadata.name or "", device=spec.device, actuator_id=spec.actuator,
                          held=checked if checked is not None else value_of(intent), revert_to=hold.revert_to,
-                         target=_target_now(body, spec.actuator) if body is not None else None,
+                         target=target_now(body, spec.actuator) if body is not None else None,
                          later=self._later(intent), actuator=actuator, interlocks=verdicts)
 
     def _later(self, intent: StoredIntent) -> LaterIntent | None:
@@ -247,7 +247,7 @@ def _actuator(view: DeviceView | None, intent: StoredIntent) -> Actuator | None:
     return view.contract.actuator(intent.spec.actuator)
 
 
-def _target_now(body: Body, actuator: str) -> TargetNow:
+def target_now(body: Body, actuator: str) -> TargetNow:
     """spec.target[actuator] of the Device as read, who owns that field, and the Intent that last applied."""
     target = (body.get("spec") or {}).get("target") or {}
     managers = [entry.get("manager") for entry in managed_fields(body)
