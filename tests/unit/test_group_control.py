@@ -22,6 +22,7 @@ from corral.gateway.selectors import (
     nothing_matched,
     parse_selector,
     resolve,
+    too_many,
 )
 from corral.gateway.tools.arguments import REQUEST_ID, ArgumentError, hold_for
 from corral.gateway.tools.base import RateLimit
@@ -127,6 +128,12 @@ def test_nothing_matched_says_which_locations_and_labels_the_caller_can_see() ->
     text = nothing_matched(LAMPS, parse_selector({"location": "Attic"}))
     assert "location 'attic'" in text and "nothing was requested" in text
     assert "kitchen (1), utility-room (3)" in text and "kind=heater (1), kind=light (3)" in text
+
+
+def test_a_group_over_the_cap_is_refused_saying_how_to_narrow_it() -> None:
+    text = too_many(51, parse_selector({"labels": {"kind": "Light"}}))
+    assert text.startswith("The selector (labels kind=Light) matches 51 devices") and "at most 50" in text
+    assert "Nothing was requested" in text
 
 
 def test_member_request_ids_are_stable_distinct_and_valid_intent_names() -> None:

@@ -115,7 +115,7 @@ def nothing_matched(devices: list[VisibleDevice], selector: Selector) -> str:
 
 
 def too_many(count: int, selector: Selector) -> str:
-    return (f"{selector.shown().capitalize()} matches {count} devices you can see; one call acts on at most "
+    return (f"The selector ({selector.shown()}) matches {count} devices you can see; one call acts on at most "
             f"{MAX_GROUP}. Nothing was requested: narrow the selector (add a label) or split the group.")
 
 
