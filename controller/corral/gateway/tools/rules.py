@@ -26,6 +26,7 @@ from corral.api.rule import PREVIOUS_SPEC_ANNOTATION, Rule, RuleSpec
 from corral.contract.text import safe_data
 from corral.decide.approvals import People
 from corral.decide.revisions import acceptance, previous_spec, replacing, restoring, spec_document
+from corral.gateway.pauses import pause_sentence
 from corral.gateway.tools.arguments import ArgumentError
 from corral.gateway.tools.base import Call, Tool, ok
 from corral.gateway.tools.schemas import READ_ONLY, REASON
@@ -228,12 +229,15 @@ async def _write(call: Call, ns: str, name: str, body: dict[str, Any] | None, sp
     return await api.request("PUT", path_of(GROUP, VERSION, "rules", ns, name), body=replaced)
 
 
-def _written(call: Call, written: dict[str, Any], ns: str, name: str, what: str) -> types.CallToolResult:
+async def _written(call: Call, written: dict[str, Any], ns: str, name: str, what: str) -> types.CallToolResult:
     rule = _parsed(written)
     meta = rule.metadata
     accepted = acceptance(rule.spec, meta.generation or 0, meta.annotations, call.view.people)
     tail = ("It acts now (you are a person)." if accepted.acts else
             "It does not act yet. " + _AGENT_REVISION.format(name=name, ns=ns))
+    paused = None if accepted.acts else (await call.view.pauses()).get(ns)
+    if paused is not None:
+        tail += f" {pause_sentence(paused)} It waits at least until they are resumed."
     return ok({"name": f"{ns}/{name}", "generation": meta.generation or 0, "author": rule.spec.author,
                "acts": accepted.acts, "previous_kept": previous_spec(meta.annotations) is not None,
                "message": f"{what} Rule {ns}/{name} as revision {meta.generation} by {rule.spec.author}. {tail}"})
@@ -259,7 +263,7 @@ class PutRule(Tool):
         current = _parsed(body).spec if body is not None else None
         spec = spec_of(args, view.username or "", current)
         written = await _write(call, ns, name, body, spec, replacing(current, spec))
-        return _written(call, written, ns, name, "Created" if body is None else "Replaced")
+        return await _written(call, written, ns, name, "Created" if body is None else "Replaced")
 
 
 class RestoreRule(Tool):
@@ -283,5 +287,5 @@ class RestoreRule(Tool):
         except ValueError as err:
             raise ArgumentError(f"Rule {ns}/{name}: {err}.") from None
         written = await _write(call, ns, name, body, spec, {PREVIOUS_SPEC_ANNOTATION: kept})
-        return _written(call, written, ns, name, "Restored the previous revision of")
+        return await _written(call, written, ns, name, "Restored the previous revision of")
 
