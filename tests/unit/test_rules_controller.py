@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import kubernetes
+import pytest
 
 from corral.api.pause import Paused
 from corral.api.rule import RULE_LABEL, RuleStatus
@@ -96,7 +97,9 @@ def test_kept_readings_take_the_newest_sample_with_this_replicas_receive_time_an
     assert not kept.keep("probe-1", b"not json")
 
 
-def test_a_device_another_replica_owns_is_read_from_its_status_and_the_kept_readings() -> None:
+@pytest.mark.parametrize("heard_before", [False, True])
+def test_a_device_another_replica_owns_is_read_from_its_status_and_the_kept_readings(heard_before: bool) -> None:
+    """Also one this replica heard while it owned it: what it heard then is not news any more."""
     cache = DeviceCache()
     body = {"apiVersion": "corral.dev/v1alpha1", "kind": "Device",
             "metadata": {"name": "probe", "namespace": NS, "uid": "d", "resourceVersion": "1",
@@ -106,9 +109,9 @@ def test_a_device_another_replica_owns_is_read_from_its_status_and_the_kept_read
     device = cache.device((NS, "probe"))
 
     def view_of(namespace: str, name: str) -> DeviceView | None:
-        return DeviceView(body, "probe-1", bound=True, known=False, device=device)
+        return DeviceView(body, "probe-1", bound=True, known=heard_before, online=False, device=device)
 
-    inputs = RuleInputs(cache, view_of)
+    inputs = RuleInputs(cache, view_of, owns=lambda device_id: False)
     inputs.kept.keep("probe-1", json.dumps({"ts": 1, "samples": [{"metric": "wet", "value": True, "ts": 1}]}).encode())
     facts = inputs.facts(NS, ["probe"])["probe"]
     assert facts.exists and facts.online and facts.reported == {"firmware": "v1"}

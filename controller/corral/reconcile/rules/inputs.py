@@ -57,9 +57,12 @@ class KeptReadings:
 class RuleInputs:
     """The input facts of a Rule, and the index from a Device to the Rules that read it."""
 
-    def __init__(self, devices: DeviceCache, view_of: Callable[[str, str], DeviceView | None]) -> None:
+    def __init__(self, devices: DeviceCache, view_of: Callable[[str, str], DeviceView | None],
+                 owns: Callable[[str], bool] = lambda device_id: True) -> None:
         self.devices = devices
         self.view_of = view_of
+        # Whether this replica owns a device now: what it heard of one it gave up is not news any more.
+        self.owns = owns
         self.kept = KeptReadings()
         self.readers: dict[Key, set[Key]] = {}  # (namespace, Device name) -> the Rules that read it
         self._inputs: dict[Key, tuple[str, ...]] = {}  # Rule key -> its inputs
@@ -111,7 +114,7 @@ class RuleInputs:
         view = self.view_of(namespace, name)
         if view is None or not view.bound:
             return InputFacts(name, exists=False)
-        if view.known:
+        if view.known and self.owns(view.device_id or ""):
             latest = {metric: Received(r.ts, r.received_ms, r.value) for metric, r in view.latest.items()}
             return InputFacts(name, True, view.online, dict(view.reported), latest)
         # Another replica's device: presence and reported state as its owner wrote them, readings as kept here.

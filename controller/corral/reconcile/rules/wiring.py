@@ -24,8 +24,8 @@ from corral.reconcile.rules.revisions import Revisions
 def rules_controller(kube: Kube, namespaces: tuple[str, ...], audit: AuditLog, recorder: EventRecorder,
                      people: People, access: AccessReviews, devices: DeviceCache,
                      view_of: Callable[[str, str], DeviceView | None], pauses: AgentPauses, gatherer: Gatherer,
-                     leading: Callable[[], bool]) -> Rules:
-    rules = Rules(kube, namespaces, audit, recorder, people, RuleInputs(devices, view_of),
+                     leading: Callable[[], bool], owns: Callable[[str], bool]) -> Rules:
+    rules = Rules(kube, namespaces, audit, recorder, people, RuleInputs(devices, view_of, owns),
                   Acting(kube, access, view_of), Revisions(kube, audit, people),
                   paused=pauses.paused, rules_paused=pauses.rules_paused, leading=leading)
     pauses.on_rules_change = rules.on_pause_change
