@@ -185,6 +185,8 @@ class Rules(WatchedKind[Rule]):
             state, status = "Refused", status.model_copy(update={"code": "DENY_SCOPE"})
             message = (f"Not fired: its author {spec.author} may not {', '.join(lacks)}; a Rule does nothing its "
                        f"author could not.")
+            if before.state != "Refused":
+                self.recorder.post(self._ref(rule), "Refused", "Fire", message[:1024], "Warning")
             evaluation = Evaluation(evaluation.verdict, message, evaluation.true_since, SCOPE_RECHECK_S)
         elif refused is not None and evaluation.verdict == "CoolingDown":
             outcome = self.outcomes.get(namespace, {}).get(refused.name)
