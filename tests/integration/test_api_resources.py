@@ -35,12 +35,12 @@ PLURALS = {kind.kind_name: kind.plural for kind in KINDS}
 
 
 def _identity(path: Path, doc: dict[str, Any]) -> str:
-    """Who applies an example: `# as: USER` in its header, else the requester/approver it names."""
+    """Who applies an example: `# as: USER` in its header, else the requester/approver/author it names."""
     match = re.search(r"^# as: (\S+)$", path.read_text(), re.MULTILINE)
     if match:
         return match.group(1)
     spec = doc.get("spec", {})
-    return spec.get("requester") or spec.get("approver") or "corral-admin"
+    return spec.get("requester") or spec.get("approver") or spec.get("author") or "corral-admin"
 
 
 def _apply_as(plane: Plane, path: Path, namespace: str) -> list[object]:
