@@ -1118,3 +1118,16 @@ def _gone(objects: kubernetes.client.CustomObjectsApi, name: str) -> bool:
         return False
     except kubernetes.client.ApiException as err:
         return err.status == 404
+
+
+def test_rule_service_accounts_limit_what_the_controller_may_impersonate(helm: Helm) -> None:
+    def impersonation(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [rule for d in docs if d["kind"] in ("ClusterRole", "Role") and "controller" in d["metadata"]["name"]
+                for rule in d.get("rules") or [] if "impersonate" in rule["verbs"]]
+
+    [anyone] = impersonation(render(helm))
+    assert anyone["resources"] == ["serviceaccounts"] and "resourceNames" not in anyone
+    [named] = impersonation(render(helm, "controller.ruleServiceAccounts={leak-guard,heating}"))
+    assert named["resourceNames"] == ["leak-guard", "heating"]
+    with pytest.raises(Exception, match="ruleServiceAccounts"):
+        render(helm, "controller.ruleServiceAccounts={Not A Name}")

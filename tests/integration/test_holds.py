@@ -123,6 +123,9 @@ def test_a_light_held_on_for_3s_goes_back_off_as_a_new_decision_in_the_requester
     ended = hall.hold_ended(intent["metadata"]["name"])
     assert ended["state"] == "Reverted", ended
     assert datetime.now(UTC) >= until and "Put back power=false" in ended["message"]
+    if ended.get("endedAt"):
+        late = (datetime.fromisoformat(ended["endedAt"]) - until).total_seconds()
+        print(f"\n[figure] hold of 3 s: reverted and confirmed {late:.2f} s after until (status.hold.endedAt, 1 s resolution)")
     assert hall.applies_tail(LIGHT, 2) == [("power", True), ("power", False)]
     assert device(hall.admin, hall.namespace, LIGHT)["spec"]["target"]["power"] is False
     uid = intent["metadata"]["uid"]

@@ -122,6 +122,7 @@ def test_a_relay_with_max_on_seconds_turns_itself_off_with_the_controller_stoppe
         assert process_state(site.controller.pid) == "T", "the controller was still stopped when it went off"
         ((_, off_at),) = off
         assert LIMIT_S - 0.05 <= off_at - on_at <= LIMIT_S + LATE_S, f"off {off_at - on_at:.2f} s after on"
+        print(f"\n[figure] relay with a {LIMIT_S} s limit, controller stopped: off {off_at - on_at:.2f} s after on")
         # Beats every 0.5 s while it runs: none from the moment it stopped to the moment the relay went off.
         assert site.beats(frozen_at + 0.1) == []
         said = site.watcher.wait_for("the device's word", lambda: [m.json() for m in site.watcher.messages(RELAY, "event")

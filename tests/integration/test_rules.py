@@ -207,7 +207,9 @@ def test_a_leak_closes_the_valve_through_an_intent_of_the_rules_service_account(
     started = time.monotonic()
     on_fleet(home.fleet, lambda: home.fleet.set_sensor(PROBE, "wet", True))
     wait_for(lambda: home.valve_moves().count(False) > closed_before, "the valve to close", timeout_s=FOR_S + 4)
-    assert time.monotonic() - started <= FOR_S + 2, "within `for` plus 2 s"
+    took = time.monotonic() - started
+    print(f"\n[figure] leak probe wet -> valve closed on the hardware: {took:.2f} s (for: {FOR_S} s)")
+    assert took <= FOR_S + 2, "within `for` plus 2 s"
 
     [intent] = home.intents_of(rule)
     assert intent["spec"]["requester"] == home.sa("leak-rule")
