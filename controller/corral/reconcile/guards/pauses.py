@@ -136,8 +136,7 @@ class AgentPauses(WatchedKind[AgentPause]):
         except Unwritable:
             return Result.after(AUDIT_RETRY_S)  # nothing unrecorded is acknowledged; the pause is in force already
         what = _what(name)
-        message = _message(namespace, spec.by, spec.reason, paused) if name == PAUSE_NAME \
-            else _rules_message(namespace, spec.by, spec.reason, paused)
+        message = _message(_what(name), namespace, spec.by, spec.reason, paused)
         self.recorder.post(ObjectRef(API_VERSION, "AgentPause", name, namespace, pause.metadata.uid),
                            f"{what}Paused" if paused is not None else f"{what}Resumed",
                            "Pause" if paused is not None else "Resume", message,
@@ -175,17 +174,13 @@ def _what(name: str) -> str:
     return "Agents" if name == PAUSE_NAME else "Rules"
 
 
-def _rules_message(namespace: str, by: str, reason: str, paused: Paused | None) -> str:
-    if paused is not None:
-        return (f"{paused.sentence('Rules')} Enforced: no Rule acts, and every Intent a Rule made that is not "
-                "decided yet ends DENY_PAUSED.")
-    why = f": {reason}" if reason else ""
-    return f"Rules are not paused in namespace {namespace}: resumed by {by or 'someone'}{why}."
+# What a switch stops, once enforced: the agents' stops whoever is not a person, the Rules' every Rule.
+_ENFORCED = {"Agents": "every Intent whose requester is not a person ends DENY_PAUSED; people's Intents still run.",
+             "Rules": "no Rule acts, and every Intent a Rule made that is not decided yet ends DENY_PAUSED."}
 
 
-def _message(namespace: str, by: str, reason: str, paused: Paused | None) -> str:
+def _message(what: str, namespace: str, by: str, reason: str, paused: Paused | None) -> str:
     if paused is not None:
-        return (f"{paused.sentence()} Enforced: every Intent whose requester is not a person ends DENY_PAUSED; "
-                "people's Intents still run.")
+        return f"{paused.sentence(what)} Enforced: {_ENFORCED[what]}"
     why = f": {reason}" if reason else ""
-    return f"Agents are not paused in namespace {namespace}: resumed by {by or 'someone'}{why}."
+    return f"{what} are not paused in namespace {namespace}: resumed by {by or 'someone'}{why}."
