@@ -20,6 +20,7 @@ from corral.api import (
     Device,
     Intent,
     Interlock,
+    Rule,
 )
 from corral.api.codes import GROUP, VERSION
 from corral.client.install import install_api
@@ -226,8 +227,9 @@ def test_status_round_trips_through_the_status_subresource(
 
 def test_models_cover_every_kind() -> None:
     assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval", "AuditCheckpoint",
-                                            "Interlock", "ApprovalGrant", "AgentPause"}
-    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant, AgentPause} == set(KINDS)
+                                            "Interlock", "ApprovalGrant", "AgentPause", "Rule"}
+    assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant, AgentPause,
+            Rule} == set(KINDS)
 
 
 def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_before_it(

@@ -162,6 +162,9 @@ def test_an_open_get_stream_alone_does_not_keep_a_session_alive(limited: Limited
         auth = {**HEADERS, "Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(timeout=30) as http:
             sessions = []
+            # Before the quiet session's last request, so that its idle time is at least what is measured from here
+            # (the busy session starts after it).
+            began = time.monotonic()
             for _ in range(2):
                 opened = await initialize(http, gateway.url, token)
                 session = opened.headers["mcp-session-id"]
@@ -169,7 +172,6 @@ def test_an_open_get_stream_alone_does_not_keep_a_session_alive(limited: Limited
                                 headers={**auth, "Mcp-Session-Id": session})
                 sessions.append(session)
             quiet, busy = sessions
-            began = time.monotonic()
 
             async def listen() -> float:  # the quiet session's GET stream, open until the gateway ends it
                 get = {"Authorization": f"Bearer {token}", "Mcp-Session-Id": quiet, "Accept": "text/event-stream"}
