@@ -8,6 +8,7 @@ back off even though agents were paused after it ran and a person holds the heat
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ def hall(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
 
 def test_a_light_held_on_for_3s_goes_back_off_as_a_new_decision_in_the_requesters_name(hall: Hall) -> None:
     intent = hall.ask(LIGHT, "power", "set_state", True, holdFor="3s")
+    executed_seen = time.monotonic()
     status = intent["status"]
     assert status["code"] == "EXECUTED", status
     hold = status["hold"]
@@ -123,9 +125,7 @@ def test_a_light_held_on_for_3s_goes_back_off_as_a_new_decision_in_the_requester
     ended = hall.hold_ended(intent["metadata"]["name"])
     assert ended["state"] == "Reverted", ended
     assert datetime.now(UTC) >= until and "Put back power=false" in ended["message"]
-    if ended.get("endedAt"):
-        late = (datetime.fromisoformat(ended["endedAt"]) - until).total_seconds()
-        print(f"\n[figure] hold of 3 s: reverted and confirmed {late:.2f} s after until (status.hold.endedAt, 1 s resolution)")
+    print(f"\n[figure] hold of 3 s: Reverted (device ack) seen {time.monotonic() - executed_seen:.2f} s after EXECUTED was")
     assert hall.applies_tail(LIGHT, 2) == [("power", True), ("power", False)]
     assert device(hall.admin, hall.namespace, LIGHT)["spec"]["target"]["power"] is False
     uid = intent["metadata"]["uid"]
