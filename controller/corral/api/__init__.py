@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from corral.api.capability import Capability
     from corral.api.checkpoint import AuditCheckpoint
     from corral.api.device import Device
+    from corral.api.discovered import DiscoveredDevice
     from corral.api.grant import ApprovalGrant
     from corral.api.intent import Intent
     from corral.api.interlock import Interlock
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
     KINDS: tuple[type[Resource], ...]
 
 _MODELS = {"Approval": "approval", "Capability": "capability", "AuditCheckpoint": "checkpoint", "Device": "device",
-           "ApprovalGrant": "grant", "Intent": "intent", "Interlock": "interlock", "AgentPause": "pause",
+           "DiscoveredDevice": "discovered", "ApprovalGrant": "grant", "Intent": "intent", "Interlock": "interlock", "AgentPause": "pause",
            "Rule": "rule"}
 _KIND_ORDER = ("Device", "Capability", "Intent", "Approval", "AuditCheckpoint", "Interlock", "ApprovalGrant",
-               "AgentPause", "Rule")
+               "AgentPause", "Rule", "DiscoveredDevice")
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +39,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'corral.api' has no attribute {name!r}")
 
 
-__all__ = ["KINDS", "AgentPause", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device", "Intent", "Interlock", "Rule"]
+__all__ = ["KINDS", "AgentPause", "Approval", "ApprovalGrant", "AuditCheckpoint", "Capability", "Device",
+           "DiscoveredDevice", "Intent", "Interlock", "Rule"]

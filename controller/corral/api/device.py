@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_serializer
 
-from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text16, Text64, Text512
+from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, JsonValue, KubeModel, Resource, Text16, Text64, Text512
+from corral.api.discovered import BridgedTopics
 from corral.contract.model import IDENTIFIER_PATTERN
 
 IMMUTABLE: dict[str, Any] = {"rule": "self == oldSelf", "message": "deviceId is immutable: delete the Device and create a new one to bind another device"}
@@ -44,6 +45,33 @@ class Overlay(KubeModel):
     )
 
 
+# Risk levels a person may give a bridged actuator (contract.model.Risk).
+BridgeRisk = Literal["low", "medium", "high", "critical"]
+
+
+class BridgeBinding(KubeModel):
+    """A bridged device: the candidate a person accepted (`corral devices accept-discovered`). Its presence makes the
+    controller accept the bridge's unsigned contract, at first binding only with the accepted content hash."""
+
+    source: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = Field(
+        description="The bridged source the device speaks through (its broker account publishes the state topics).")
+    discovered: Annotated[str, Field(max_length=253)] = Field(description="The DiscoveredDevice it was accepted from.")
+    accepted_contract_hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] = Field(
+        description=("Content hash of the contract the person accepted (risk overrides applied). The bridge's unsigned "
+                     "contract binds at first only with this hash; later changes are judged like a native device's "
+                     "and accepted with `corral devices accept-contract`."))
+    accepted_by: Annotated[str, Field(max_length=512)] = Field(default="", description="Who accepted it.")
+    risk: Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)], BridgeRisk],
+                    Field(max_length=64)] | None = Field(
+        default=None, description=("A person's risk per actuator, over the bridge's mapping by component and device "
+                                   "class; the bridge announces the contract with it. A lowered risk is a widening "
+                                   "and is held until accepted."))
+    topics: BridgedTopics = Field(
+        default_factory=BridgedTopics,
+        description=("The device's own topics at its source, as accepted: the controller grants the source's account "
+                     "its state and availability topics and the bridge's account these, nothing else."))
+
+
 class DeviceSpec(KubeModel):
     """The desired state of a device."""
 
@@ -75,6 +103,11 @@ class DeviceSpec(KubeModel):
             "interval gives (2.5 x interval, capped by the cluster). Setting or changing it needs the approve verb on "
             "the Device."
         ),
+    )
+    bridge: BridgeBinding | None = Field(
+        default=None,
+        description=("Set when the device is bridged (a self-describing third-party device spoken for by `corral "
+                     "bridge`): whom a person accepted it from. Set by `corral devices accept-discovered`."),
     )
     drift: Literal["Enforce", "Observe"] = Field(
         default="Enforce",
@@ -188,6 +221,7 @@ class Device(Resource):
         {"name": "Location", "type": "string", "jsonPath": ".spec.overlay.location"},
         {"name": "In-Sync", "type": "boolean", "jsonPath": ".status.inSync"},
         {"name": "Device-ID", "type": "string", "jsonPath": ".spec.deviceId", "priority": 1},
+        {"name": "Bridged-From", "type": "string", "jsonPath": ".spec.bridge.source", "priority": 1},
     ]
 
     kind: Literal["Device"] = "Device"

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from corral.contract.canonical import capability_hash
 from corral.contract.diff import limit_widenings, wording_changes
 from corral.contract.freshness import DEFAULT_RULE, FreshnessRule
 from corral.contract.model import Actuator, Contract, Risk
@@ -173,10 +174,40 @@ class Acceptance:
     hold_reason: str = "ChangeNeedsAcceptance"
 
 
+BRIDGED_MISMATCH = "BridgedContractNotAccepted"
+
+
+def with_risk(contract: Contract, overrides: Mapping[str, Risk] | None) -> Contract:
+    """A bridged contract with a person's risk per actuator (Device spec.bridge.risk) in place of the bridge's
+    mapping: what the bridge announces and what `acceptedContractHash` is the hash of. Overrides naming no actuator
+    of the contract are ignored (the actuator may come back later; the override then applies to it)."""
+    if not overrides:
+        return contract
+    actuators = [a.model_copy(update={"risk": overrides[a.id]}) if a.id in overrides else a for a in contract.actuators]
+    return contract.model_copy(update={"actuators": actuators})
+
+
+def first_bridged(announced: Contract, announced_name: str, accepted_hash: str,
+                  person_accepts: str | None) -> Acceptance:
+    """The first contract a bridged Device binds: unsigned (no firmware of ours can sign it), so it binds only if it
+    is the one a person accepted (`spec.bridge.acceptedContractHash`, recorded by `corral devices
+    accept-discovered`), or a person accepted this very Capability since (`corral devices accept-contract`)."""
+    if capability_hash(announced) == accepted_hash or person_accepts == announced_name:
+        return Acceptance(announced_name)
+    return Acceptance(None, hold=(f"the bridged contract (Capability {announced_name}) is not the one a person accepted "
+                                  f"(content hash {accepted_hash[:16]}...): the discovered device changed after it was "
+                                  "accepted, or something else announced on its topic",),
+                      hold_reason=BRIDGED_MISMATCH)
+
+
 def judge(announced: Contract, announced_name: str, accepted: Contract | None, accepted_name: str | None,
-          person_accepts: str | None, check_versions: bool, freshness: FreshnessRule = DEFAULT_RULE) -> Acceptance:
+          person_accepts: str | None, check_versions: bool, freshness: FreshnessRule = DEFAULT_RULE,
+          bridged_hash: str | None = None) -> Acceptance:
     """The announced contract against the accepted one (the Capability `accepted_name`, `accepted` its contract,
-    None if that Capability is gone) and a person's acceptance (`spec.acceptCapability`)."""
+    None if that Capability is gone) and a person's acceptance (`spec.acceptCapability`). `bridged_hash`: the
+    Device is bridged, and this is the content hash a person accepted (its first contract must have it)."""
+    if accepted_name is None and bridged_hash is not None:
+        return first_bridged(announced, announced_name, bridged_hash, person_accepts)
     if accepted_name is None or announced_name == accepted_name:
         return Acceptance(announced_name)  # the first contract after enrollment, or the same one
     if accepted is not None and check_versions:

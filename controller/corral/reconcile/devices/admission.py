@@ -59,11 +59,12 @@ class Admission:
             # One Event and record per accepted contract while held, not per announcement: a device re-announcing
             # changed contracts cannot flood them (each change is on record as contract.changed; the condition
             # always names the latest).
+            what = (f"The device announced a contract (Capability {rt.capability}) that asks for more trust than "
+                    f"the accepted one ({rt.accepted_capability})" if rt.accepted_capability is not None else
+                    f"The bridge announced a contract (Capability {rt.capability}) for this bridged device")
             self.notices.once(rt, device, f"hold/{rt.accepted_capability}", "ContractHeld", "Hold",
-                              f"The device announced a contract (Capability {rt.capability}) that asks for more trust "
-                              f"than the accepted one ({rt.accepted_capability}): {'; '.join(rt.hold)}. Nothing is "
-                              f"sent to it and its Intents wait until a person accepts it (corral devices "
-                              f"accept-contract {device.metadata.name}).", "Warning",
+                              f"{what}: {'; '.join(rt.hold)}. Nothing is sent to it and its Intents wait until a "
+                              f"person accepts it (corral devices accept-contract {device.metadata.name}).", "Warning",
                               fact=("contract.held", {"capability": rt.capability, "accepted": rt.accepted_capability,
                                                       "why": list(rt.hold)}))
             await self.writer.write(rt, device, self.writer.status(rt, device, None), "hold")

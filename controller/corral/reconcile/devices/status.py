@@ -61,6 +61,7 @@ class Observed:
     failsafe: tuple[str, str] | None = None  # (reason, message) while actuators sit at failsafe values
     max_on: tuple[str, str] | None = None  # (reason, message) while the device reports on-time limits that acted
     lease_held: str | None = None  # targets not driven while another holds the Device's lease: what the condition says
+    bridged: str | None = None  # a bridged Device: what its condition Bridged says (api.device.BridgeBinding)
 
 
 def parse(status: Mapping[str, Any] | None) -> DeviceStatus | None:
@@ -111,6 +112,12 @@ def sync_verdict(result: Plan | None, online: bool, failures: int) -> Verdict:
     return Verdict(True, "InSync", "Reported state matches the target.")
 
 
+def bridged_words(source: str) -> str:
+    """What a bridged Device's condition Bridged says: whom it speaks through, and what differs from a native one."""
+    return (f"bridged from {source}; a person's acceptance stands in for the firmware signature; no device-side "
+            "clamp: the bridge validates and clamps")
+
+
 def device_status(observed: Observed, previous: DeviceStatus | None, now: datetime) -> DeviceStatus:
     generation = observed.generation
     wanted: list[Wanted] = []
@@ -121,7 +128,14 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         wanted.append(Wanted("Ready", "False", "ContractInvalid", "The device is inert: " + message, generation))
     else:
         verdict = observed.verdict or sync_verdict(None, observed.online, 0)
-        if observed.hold:
+        if observed.hold and observed.accepted_capability is None:
+            # A bridged Device's first contract, not the one a person accepted (contract.trust.first_bridged).
+            message = (f"{'; '.join(observed.hold)}. Nothing is sent and Intents wait until the bridge announces the "
+                       f"accepted contract, or a person accepts this one: corral devices accept-contract "
+                       f"{observed.device}.")
+            wanted.append(Wanted("ContractAccepted", "False", observed.hold_reason, message, generation))
+            verdict = Verdict(False, "ContractHold", "Held until a person accepts the bridged contract.")
+        elif observed.hold:
             message = (f"The announced contract (Capability {observed.capability}) asks for more trust than the "
                        f"accepted one ({observed.accepted_capability}): {'; '.join(observed.hold)}. Nothing is sent "
                        f"and Intents wait until a person accepts it: corral devices accept-contract {observed.device}.")
@@ -130,6 +144,8 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         else:
             wanted.append(Wanted("ContractAccepted", "True", "Accepted",
                                  f"Capability {observed.accepted_capability or observed.capability}", generation))
+        if observed.bridged:
+            wanted.append(Wanted("Bridged", "True", "Accepted", observed.bridged, generation))
         verdict = _held_conditions(observed, previous, verdict, wanted)
         in_sync = verdict.in_sync
         wanted.append(Wanted("ContractValid", "True", "Accepted", f"Capability {observed.capability}", generation))
@@ -146,8 +162,9 @@ def device_status(observed: Observed, previous: DeviceStatus | None, now: dateti
         stale=not observed.online,
         last_seen=previous.last_seen if previous is not None else None,
         capability=observed.capability,
-        # Kept through a refused contract: what a person trusted must not be forgotten by a device's refusal.
-        accepted_capability=observed.accepted_capability or observed.capability,
+        # Kept through a refused contract: what a person trusted must not be forgotten by a device's refusal. Held
+        # with nothing accepted yet (a bridged Device's first contract, not the accepted one): none is trusted.
+        accepted_capability=observed.accepted_capability or (None if observed.hold else observed.capability),
         reported=dict(observed.reported),
         sensors=dict(observed.sensors),
         in_sync=in_sync,

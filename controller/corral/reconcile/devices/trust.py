@@ -32,16 +32,27 @@ class ContractTrust:
         uid = device.metadata.uid
         if rt.accepted_for != uid:
             rt.accepted_for = uid
-            # Devices from before contracts were accepted trusted what their status names.
+            # Devices from before contracts were accepted trusted what their status names. Not a bridged one: its
+            # status.capability may name a contract held at first binding, which nobody accepted.
             status = device.status
-            rt.accepted_capability = (status.accepted_capability or status.capability) if status is not None else None
+            fallback = status.capability if status is not None and device.spec.bridge is None else None
+            rt.accepted_capability = (status.accepted_capability or fallback) if status is not None else None
         accepted = self.capabilities.contract(rt.accepted_capability, rt.device_id)
+        bridge = device.spec.bridge
         verdict = judge(rt.contract, rt.capability, accepted, rt.accepted_capability, device.spec.accept_capability,
-                        self.check_versions, self.freshness)
+                        self.check_versions, self.freshness,
+                        bridged_hash=bridge.accepted_contract_hash if bridge is not None else None)
         if verdict.refused is not None:
             return verdict.refused
         rt.accepted_capability, rt.hold, rt.hold_reason = verdict.accepted, verdict.hold, verdict.hold_reason
         return None
+
+    def bridged(self, device_id: str) -> bool:
+        """Whether the Device that binds this id is bridged (spec.bridge, set by a person): its contract comes from
+        the bridge, unsigned, and signatures are not asked of it. Only spec.bridge says so; whatever a contract
+        claims about itself, a Device without it is native."""
+        device = next(iter(self.devices.claims(device_id)), None)
+        return device is not None and device.spec.bridge is not None
 
     def effective(self, contract: Contract, device: Device) -> Contract:
         """The contract with the cluster's risk floors applied: what decisions judge by."""

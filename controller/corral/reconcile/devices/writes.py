@@ -23,6 +23,7 @@ from corral.reconcile.devices.onlimits import OnTimeLimits
 from corral.reconcile.devices.runtime import DeviceRuntime
 from corral.reconcile.devices.status import (
     Observed,
+    bridged_words,
     device_status,
     recorded,
     remember_write,
@@ -92,6 +93,7 @@ class StatusWriter:
             failsafe=self.failsafes.condition(rt, device) if accepted else None,
             max_on=self.limits.condition(rt, device) if accepted else None,
             lease_held=lease_held,
+            bridged=bridged_words(device.spec.bridge.source) if device.spec.bridge is not None else None,
         )
         return device_status(observed, previous, now())
 
