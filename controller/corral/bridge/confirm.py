@@ -21,7 +21,8 @@ The command is never published again either way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from corral.contract.values import same_value, shown
 
@@ -62,6 +63,8 @@ class Confirmation:
     timeout_s: float
     previous: object = UNKNOWN  # the last confirmed value of the actuator, UNKNOWN when none was ever seen
     echoes: int = 0  # matching messages to skip first: 1 where the source publishes an optimistic echo
+    # Whether an observed value shows the wanted one (the codec's: a number within half its step).
+    matches: Callable[[object, object], bool] = field(default=same_value)
     outcome: Outcome | None = None
 
     @property
@@ -74,7 +77,7 @@ class Confirmation:
             return None
         if retained or arrived_at < self.published_at or arrived_at > self.deadline:
             return None
-        if not same_value(value, self.wanted):
+        if not self.matches(value, self.wanted):
             return None
         if self.echoes > 0:
             self.echoes -= 1
@@ -87,7 +90,7 @@ class Confirmation:
         if self.outcome is not None:
             return self.outcome
         what = f"{self.actuator}={shown(self.wanted)}"
-        if self.previous is not UNKNOWN and same_value(self.previous, self.wanted):
+        if self.previous is not UNKNOWN and self.matches(self.previous, self.wanted):
             self.outcome = Confirmed(self.wanted, note=(
                 f"the device reported {what} already and published no new state within {seconds(self.timeout_s)} s "
                 "(devices often do not echo an unchanged value); the command was published once"))

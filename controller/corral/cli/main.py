@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Approve Intent NAME, in your own name, for exactly its current parameters."),
     "audit": ("corral.cli.audit", "audit", "The audit log: prove it untouched, read it."),
     "broker": ("corral.cli.broker", "broker", "Prepare a Mosquitto broker for Corral (dynamic security plugin)."),
+    "bridge": ("corral.cli.bridge", "bridge",
+               "Bridged devices: the bridge process and its sources (docs/bridge.md)."),
     "console": ("corral.cli.console", "console",
                 "Serve the approval page: people sign in with their own Kubernetes token and approve or deny the "
                 "Intents waiting for them, as themselves."),
