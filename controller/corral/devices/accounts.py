@@ -33,9 +33,11 @@ Command = dict[str, Any]
 class Account:
     """What one enrollment asks of the broker."""
 
-    device_id: str
+    device_id: str  # the username: a device id, or a bridged source's or the bridge's (devices.bridge_accounts)
     password: str
     enabled: bool = True
+    # The role's ACLs when they are not a device's own (acls()): a bridged source's or the bridge's.
+    rules: tuple[dict[str, Any], ...] | None = None
 
 
 def heartbeat_topic(topics: Topics) -> str:
@@ -76,7 +78,8 @@ def plan_accounts(topics: Topics, wanted: Mapping[str, Account], clients: list[d
     have_roles = {r["rolename"]: r for r in roles}
     commands: list[Command] = []
     for device_id, account in sorted(wanted.items()):
-        role, rules = role_name(device_id), acls(topics, device_id)
+        role = role_name(device_id)
+        rules = list(account.rules) if account.rules is not None else acls(topics, device_id)
         existing_role = have_roles.get(role)
         if existing_role is None:
             commands.append({"command": "createRole", "rolename": role, "acls": rules})

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from corral.client.enroll import DEVICE_ID_LABEL
 from corral.devices.accounts import RESPONSE_TOPIC
+from corral.devices.bridge_accounts import BRIDGE_LABEL
 from corral.devices.heartbeat import Heartbeat
 from corral.devices.limits import DeviceLimits
 from corral.devices.link import Inbound, MqttLink, TlsFiles
@@ -70,10 +71,13 @@ class MqttSide:
             if config.broker_log else None
         # A device the broker throws off for an account change sends no Will: its status follows the broker's answer.
         self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace,
-                                       on_kicked=self.ingest.disconnected) \
+                                       on_kicked=self.ingest.disconnected, devices=devices.devices) \
             if config.manage_broker_accounts else None
         self.enrollments = Informer(api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
                                     self.accounts.on_secret) if self.accounts is not None else None
+        # Bridged sources' and the bridge's accounts (devices.bridge_accounts): Secrets of their own label.
+        self.bridge_secrets = Informer(api, "", "v1", "secrets", BRIDGE_LABEL, config.watch_namespaces,
+                                       self.accounts.on_secret) if self.accounts is not None else None
 
     def connected(self) -> bool:
         return self.link.connected.is_set()
@@ -87,7 +91,11 @@ class MqttSide:
         if self.accounts is not None and self.enrollments is not None:
             # The enrollments first: the first thing the controller tells a fresh broker is who may connect.
             self.enrollments.start()
+            if self.bridge_secrets is not None:
+                self.bridge_secrets.start()
             await asyncio.wait_for(self.enrollments.synced.wait(), ENROLLMENTS_LISTED_S)
+            if self.bridge_secrets is not None:
+                await asyncio.wait_for(self.bridge_secrets.synced.wait(), ENROLLMENTS_LISTED_S)
             if lead:
                 self.accounts.start()
         await self.link.start()
@@ -113,6 +121,8 @@ class MqttSide:
         if self.accounts is not None and self.enrollments is not None:
             await self.accounts.stop()
             await self.enrollments.stop()
+            if self.bridge_secrets is not None:
+                await self.bridge_secrets.stop()
 
     async def stop(self) -> None:
         """After `stop_accounts` and the Kubernetes side: the link goes last, with the intake."""

@@ -24,8 +24,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from corral.api.device import Device
 from corral.client.enroll import Credential, credential_of
 from corral.devices.accounts import CONTROL_TOPIC, Account, Command, disconnects, plan_accounts
+from corral.devices.bridge_accounts import BridgeCredential, Bridged, Source, plan_bridge_accounts, secret_of
 from corral.devices.link import MqttLink
 from corral.devices.topics import Topics
 from corral.kube.cache import Key, key_of
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 # each answered before the next, let device traffic through in between; the total time is the same.
 BATCH = 10
 ANSWER_S = 30.0
+GRANTS_CHECK_S = 1.0
 # Broker commands that change who may connect, as the audit log names them.
 ENROLLMENT_FACTS = {"createClient": "device.enrolled", "enableClient": "device.enrolled",
                     "disableClient": "device.revoked", "deleteClient": "device.revoked"}
@@ -47,8 +50,15 @@ ENROLLMENT_FACTS = {"createClient": "device.enrolled", "enableClient": "device.e
 
 class BrokerAccounts:
     def __init__(self, link: MqttLink, topics: Topics, notices: DeviceNotices, limit_per_namespace: int,
-                 on_kicked: Callable[[str, str], None] = lambda device_id, why: None) -> None:
+                 on_kicked: Callable[[str, str], None] = lambda device_id, why: None,
+                 devices: Callable[[], list[Device]] = lambda: []) -> None:
         self.link = link
+        # Bridged sources and bridges (devices.bridge_accounts): their Secrets, and the accepted bridged Devices
+        # (`devices`: the Device cache), whose topics a person granted.
+        self._bridge_secrets: dict[Key, Source | BridgeCredential] = {}
+        self.devices = devices
+        self._granted: tuple[Bridged, ...] = ()
+        self._told: set[str] = set()
         self.on_kicked = on_kicked  # (device id, why): the broker threw it off without its Will
         self.topics = topics
         self.notices = notices
@@ -67,6 +77,14 @@ class BrokerAccounts:
 
     def on_secret(self, event_type: str, body: Body) -> None:
         key = key_of(body)
+        held = secret_of(body) if event_type != "DELETED" else None
+        if held is not None or key in self._bridge_secrets:
+            if held is None:
+                self._bridge_secrets.pop(key, None)
+            elif self._bridge_secrets.get(key) != held:
+                self._bridge_secrets[key] = held
+            self._dirty.set()
+            return
         credential = credential_of(body) if event_type != "DELETED" else None
         if credential is None:
             old = self._enrollments.pop(key, None)
@@ -124,9 +142,37 @@ class BrokerAccounts:
         await cancel_all([self._task])
         self._task = None
 
+    def bridged(self) -> tuple[Bridged, ...]:
+        """What people granted bridged devices (Device spec.bridge): the oldest claim of each device id wins, as it
+        does for driving it."""
+        def age(device: Device) -> tuple[str, str, str]:
+            created = device.metadata.creation_timestamp
+            return (created.isoformat() if created else "~", device.metadata.namespace or "", device.metadata.name or "")
+
+        oldest: dict[str, Bridged] = {}
+        for device in sorted(self.devices(), key=age):
+            bridge = device.spec.bridge
+            if bridge is not None and device.metadata.deletion_timestamp is None:
+                oldest.setdefault(device.spec.device_id, Bridged(
+                    device.metadata.namespace or "", device.spec.device_id, bridge.source, tuple(bridge.topics.command),
+                    tuple(bridge.topics.state), tuple(bridge.topics.availability)))
+        return tuple(oldest[device_id] for device_id in sorted(oldest))
+
+    async def _changes(self) -> None:
+        """Until something changed: a Secret (at once), or what people granted bridged Devices (checked each
+        second: the Device cache tells no one, and a grant or its revocation may wait that long)."""
+        while not self._dirty.is_set():
+            if self._bridge_secrets and self.bridged() != self._granted:
+                self._dirty.set()
+                break
+            try:
+                await asyncio.wait_for(self._dirty.wait(), GRANTS_CHECK_S)
+            except TimeoutError:
+                continue
+
     async def _run(self) -> None:
         while True:
-            await self._dirty.wait()
+            await self._changes()
             await self.link.connected.wait()
             self._dirty.clear()
             try:
@@ -142,6 +188,7 @@ class BrokerAccounts:
         listings = await self._ask([{"command": "listClients", "verbose": True}, {"command": "listRoles", "verbose": True}])
         clients = _data(listings, "listClients").get("clients") or []
         roles = _data(listings, "listRoles").get("roles") or []
+        self._granted = self.bridged()
         commands = plan_accounts(self.topics, self.wanted(), clients, roles)
         for start in range(0, len(commands), BATCH):
             batch = commands[start:start + BATCH]
@@ -170,6 +217,23 @@ class BrokerAccounts:
                 # One device id is one broker identity: the oldest enrollment of it wins.
                 wanted.setdefault(credential.device_id, Account(credential.device_id, credential.password,
                                                                enabled=not credential.revoked))
+        return self.with_bridges(wanted)
+
+    def with_bridges(self, wanted: dict[str, Account]) -> dict[str, Account]:
+        """The device accounts and those of bridged sources and bridges (a device's username wins a clash)."""
+        held = list(self._bridge_secrets.values())
+        plan = plan_bridge_accounts(self.topics, [h for h in held if isinstance(h, Source)],
+                                    [h for h in held if isinstance(h, BridgeCredential)], self._granted)
+        refused = list(plan.refused)
+        for username, account in plan.accounts.items():
+            if username in wanted:
+                refused.append(f"bridge account {username}: a device enrolled with that id has it")
+                continue
+            wanted[username] = account
+        for why in refused:
+            if why not in self._told:
+                self._told.add(why)
+                log.warning("broker accounts: %s", why)
         return wanted
 
     def _refuse(self, credential: Credential, namespace: str) -> None:

@@ -1,0 +1,212 @@
+"""Broker accounts of bridged devices: each bridged source's and the bridge's own. Pure.
+
+An MQTT subscriber cannot see who published a message, so the broker must make sure that only a device's source can
+publish its state: what confirms a bridged command (corral bridge) is a new state message on the device's state
+topic, and nobody else may be able to publish there. The controller keeps these accounts in Mosquitto's dynamic
+security plugin exactly as it keeps device accounts (devices.accounts.plan_accounts), from three inputs:
+
+- a **source** (a zigbee2mqtt instance, an ESPHome / Home Assistant discovery node): a Secret of type
+  `corral.dev/bridge-source` (`corral bridge add-source`), with its kind, its node id or base topic, its topic root and
+  a password. Its account publishes its discovery topics always, and the state and availability topics of its
+  accepted devices only;
+- **accepted bridged Devices** (`spec.bridge`, written by a person with `corral devices accept-discovered`): which
+  topics a person accepted for which source. Nothing a source or the bridge says grants a topic: the grants follow the
+  Devices, so deleting a Device (or its spec.bridge) takes them back at the next sync;
+- the **bridge**: a Secret of type `corral.dev/bridge-credential` per namespace. Its account subscribes the sources'
+  discovery topics and the accepted state and availability topics, publishes only the accepted command topics and
+  the protocol topics of its devices (`{prefix}/{id}/info|status|ack|telemetry`), and subscribes their `cmd` and the
+  controller's heartbeat. Every accepted device also gets a presence account `{bridge username}.{device id}` with the
+  bridge's password, which may publish only `{prefix}/{id}/status`: the bridge holds one connection per device whose
+  Last Will says `offline` (one Will per connection), and client ids are usernames on Corral's broker.
+
+A source is granted only topics under its own topic root (its zigbee2mqtt base topic; for Home Assistant discovery,
+the root given at add-source, by default its node id), and a root that overlaps an older source's gets no grants:
+otherwise a person accepting a device in one namespace could hand its source another namespace's state topics.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.devices.accounts import Account, heartbeat_topic
+from corral.devices.messages import Kind
+from corral.devices.topics import Topics
+
+SOURCE_TYPE = "corral.dev/bridge-source"
+BRIDGE_TYPE = "corral.dev/bridge-credential"
+BRIDGE_LABEL = "corral.dev/bridge"  # "source" or "account": what the controller's Secret watch selects
+SOURCE_KINDS = ("ha", "zigbee2mqtt")
+DEFAULT_DISCOVERY_PREFIX = "homeassistant"
+DEFAULT_BRIDGE_USERNAME = "corral-bridge"
+BRIDGE_PROTOCOL: tuple[Kind, ...] = ("info", "status", "ack", "telemetry")
+
+Rule = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A bridged source's account, from its Secret."""
+
+    namespace: str
+    name: str
+    kind: str  # ha | zigbee2mqtt
+    node: str  # ha: the discovery node id; zigbee2mqtt: its base topic
+    root: str  # the topic root its device topics must be under
+    password: str
+    discovery_prefix: str = DEFAULT_DISCOVERY_PREFIX
+    revoked: bool = False
+    created: str = ""
+
+    @property
+    def username(self) -> str:
+        return source_username(self.namespace, self.name)
+
+    def discovery(self) -> list[str]:
+        """What it announces its devices on (topic filters)."""
+        if self.kind == "zigbee2mqtt":
+            return [f"{self.node}/bridge/#"]
+        return [f"{self.discovery_prefix}/+/{self.node}/+/config", f"{self.discovery_prefix}/+/{self.node}/config"]
+
+    def owns(self, topic: str) -> bool:
+        return topic == self.root or topic.startswith(self.root + "/")
+
+
+@dataclass(frozen=True)
+class BridgeCredential:
+    """The bridge's own account for one namespace, from its Secret."""
+
+    namespace: str
+    username: str
+    password: str
+    revoked: bool = False
+
+
+@dataclass(frozen=True)
+class Bridged:
+    """An accepted bridged Device: what a person granted."""
+
+    namespace: str
+    device_id: str
+    source: str
+    command: tuple[str, ...] = ()
+    state: tuple[str, ...] = ()
+    availability: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BridgePlan:
+    """The accounts wanted, and why some grants were refused (for the log and Events)."""
+
+    accounts: dict[str, Account] = field(default_factory=dict)
+    refused: tuple[str, ...] = ()
+
+
+def source_username(namespace: str, name: str) -> str:
+    # A '.' never appears in a device id (a DNS label), so no source can take a device's username.
+    return f"source.{namespace}.{name}"
+
+
+def presence_username(bridge: str, device_id: str) -> str:
+    return f"{bridge}.{device_id}"
+
+
+def _text(data: Mapping[str, str], key: str, default: str = "") -> str:
+    try:
+        return base64.b64decode(data[key]).decode() if key in data else default
+    except (ValueError, UnicodeDecodeError):
+        return default
+
+
+def secret_of(body: Mapping[str, Any]) -> Source | BridgeCredential | None:
+    """What a Secret holds: a source, the bridge's credential, or None when it is neither (or malformed)."""
+    meta = body.get("metadata") or {}
+    data = body.get("data") or {}
+    namespace, revoked = meta.get("namespace", ""), "corral.dev/revoked-at" in (meta.get("annotations") or {})
+    password = _text(data, "password")
+    if not password or not namespace:
+        return None
+    if body.get("type") == BRIDGE_TYPE:
+        return BridgeCredential(namespace, _text(data, "username", DEFAULT_BRIDGE_USERNAME), password, revoked)
+    if body.get("type") != SOURCE_TYPE:
+        return None
+    kind, node, name = _text(data, "kind"), _text(data, "node"), _text(data, "source")
+    if kind not in SOURCE_KINDS or not node or not name or any(c in node for c in "+#"):
+        return None
+    root = _text(data, "root", node)
+    if not root or any(c in root for c in "+#"):
+        return None
+    return Source(namespace, name, kind, node, root, password, _text(data, "discoveryPrefix", DEFAULT_DISCOVERY_PREFIX),
+                  revoked, str(meta.get("creationTimestamp") or ""))
+
+
+def _pub(topic: str) -> Rule:
+    return {"acltype": "publishClientSend", "topic": topic, "allow": True}
+
+
+def _sub(topic: str) -> Rule:
+    return {"acltype": "subscribePattern", "topic": topic, "allow": True}
+
+
+def _unique(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    seen: dict[tuple[str, str], Rule] = {}
+    for rule in rules:
+        seen.setdefault((rule["acltype"], rule["topic"]), rule)
+    return tuple(seen[key] for key in sorted(seen))
+
+
+def plan_bridge_accounts(topics: Topics, sources: Iterable[Source], bridges: Iterable[BridgeCredential],
+                         bridged: Iterable[Bridged]) -> BridgePlan:
+    """The accounts (with their own ACLs) that sources, bridges and accepted Devices ask for."""
+    refused: list[str] = []
+    kept: dict[tuple[str, str], Source] = {}
+    for source in sorted(sources, key=lambda s: (s.created, s.namespace, s.name)):
+        clash = next((older for older in kept.values() if older.owns(source.root) or source.owns(older.root)), None)
+        if clash is not None:
+            refused.append(f"source {source.namespace}/{source.name}: its topic root {source.root!r} overlaps that of "
+                           f"the older source {clash.namespace}/{clash.name} ({clash.root!r}); it gets no account")
+            continue
+        kept[(source.namespace, source.name)] = source
+    grants: dict[tuple[str, str], list[Bridged]] = {}
+    for device in sorted(bridged, key=lambda b: (b.namespace, b.device_id)):
+        owner = kept.get((device.namespace, device.source))
+        if owner is None:
+            refused.append(f"bridged device {device.device_id} in {device.namespace}: no source {device.source} is "
+                           "registered there (corral bridge add-source); its topics are granted to nobody")
+            continue
+        outside = [t for t in (*device.command, *device.state, *device.availability) if not owner.owns(t)]
+        if outside:
+            refused.append(f"bridged device {device.device_id} in {device.namespace}: topics {', '.join(outside)} are "
+                           f"not under its source's topic root {owner.root!r}; its topics are granted to nobody")
+            continue
+        grants.setdefault((device.namespace, device.source), []).append(device)
+    accounts: dict[str, Account] = {}
+    for (namespace, name), source in kept.items():
+        accepted = grants.get((namespace, name), [])
+        publishes = [*source.discovery(), *(t for d in accepted for t in (*d.state, *d.availability))]
+        # It hears its own commands: zigbee2mqtt subscribes its whole base topic (it reads only `.../set`), a
+        # discovery node its accepted command topics and Home Assistant's birth message.
+        listens = [f"{source.node}/#"] if source.kind == "zigbee2mqtt" else [
+            f"{source.discovery_prefix}/status", *(t for d in accepted for t in d.command)]
+        accounts[source.username] = Account(source.username, source.password, not source.revoked,
+                                            _unique([*map(_pub, publishes), *map(_sub, listens)]))
+    for bridge in sorted(bridges, key=lambda b: (b.namespace, b.username)):
+        if bridge.username in accounts:
+            refused.append(f"bridge account {bridge.username} in {bridge.namespace}: the username is taken")
+            continue
+        mine = [d for (namespace, _), devices in grants.items() if namespace == bridge.namespace for d in devices]
+        theirs = [s for s in kept.values() if s.namespace == bridge.namespace]
+        listens = [*(f"{s.discovery_prefix}/#" if s.kind == "ha" else f"{s.node}/bridge/#" for s in theirs),
+                   *(t for d in mine for t in (*d.state, *d.availability)),
+                   *(topics.of(d.device_id, "cmd") for d in mine), heartbeat_topic(topics)]
+        publishes = [*(t for d in mine for t in d.command),
+                     *(topics.of(d.device_id, kind) for d in mine for kind in BRIDGE_PROTOCOL)]
+        accounts[bridge.username] = Account(bridge.username, bridge.password, not bridge.revoked,
+                                            _unique([*map(_pub, publishes), *map(_sub, listens)]))
+        for device in mine:
+            presence = presence_username(bridge.username, device.device_id)
+            accounts[presence] = Account(presence, bridge.password, not bridge.revoked,
+                                         (_pub(topics.of(device.device_id, "status")),))
+    return BridgePlan(accounts, tuple(refused))
