@@ -5,9 +5,12 @@ examples, and zigbee2mqtt devices from the pinned zigbee-herdsman-converters def
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corral.bridge.codec import DeviceCodec, InvalidValue, Publish
 from corral.bridge.exposes import read_devices
@@ -184,3 +187,36 @@ def test_zigbee2mqtt_bulb_plug_lock_and_blind_round_trip() -> None:
     blind = devices["0x00124b0000000004"].codec
     assert blind.command("cover", 30) == Publish("zigbee2mqtt/blind/set", b'{ "position": 30 }')
     assert blind.read("zigbee2mqtt/blind", b'{"position": 30, "state": "OPEN"}').state == {"cover": 30}
+
+
+_payloads = st.one_of(
+    st.binary(max_size=64),
+    st.text(max_size=40).map(str.encode),
+    st.dictionaries(st.sampled_from(["state", "brightness", "color_temp", "position", "temperature", "x"]),
+                    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+                              st.lists(st.integers(), max_size=3)), max_size=5).map(lambda d: json.dumps(d).encode()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_payloads)
+def test_any_state_payload_reads_as_values_of_the_contracts_types_or_nothing(payload: bytes) -> None:
+    derived = derive(discovered(
+        ("light", {"schema": "json", "command_topic": "l/set", "state_topic": "s", "brightness": True,
+                   "supported_color_modes": ["color_temp"]}),
+        ("select", {"command_topic": "m/set", "state_topic": "s", "options": ["a b", "c"],
+                    "value_template": "{{ value_json.state }}"}),
+        ("cover", {"command_topic": "c/set", "position_topic": "s", "set_position_topic": "c/p",
+                   "position_template": "{{ value_json.position }}"}),
+        ("sensor", {"state_topic": "s", "value_template": "{{ value_json.temperature | float }}"})))
+    observed = derived.codec.read("s", payload)
+    for actuator_id, value in observed.state.items():
+        actuator = derived.contract.actuator(actuator_id)
+        assert actuator is not None
+        if actuator.type == "bool":
+            assert isinstance(value, bool)
+        elif actuator.type == "enum":
+            assert value in (actuator.values or [])
+        else:
+            assert isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    for value in observed.readings.values():
+        assert isinstance(value, (int, float)) and math.isfinite(value)
