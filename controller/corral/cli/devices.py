@@ -1,4 +1,4 @@
-"""`corral devices enroll|rotate|revoke|issue-cert|accept-contract|list`: a person deciding which devices are trusted."""
+"""`corral devices enroll|rotate|revoke|issue-cert|accept-contract|accept-discovered|list`: a person deciding which devices are trusted."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import kubernetes
 
 from corral.cli.broker import write_private
 from corral.cli.kubeopts import kube_options
+from corral.client import bridge as bridging
 from corral.client import enroll as enrollment
 from corral.client.contracts import AcceptError, accept
 from corral.client.enroll import Credential, EnrollmentError
@@ -168,3 +169,37 @@ def list_devices(client: kubernetes.client.ApiClient, namespace: str) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+
+
+@devices.command(name="accept-discovered")
+@click.argument("name")
+@click.option("--as", "device_name", metavar="DEVICE", help="The Device's name, if not NAME.")
+@click.option("--risk", "risks", multiple=True, metavar="ACTUATOR=LEVEL",
+              help="Your risk for an actuator (low, medium, high, critical) over the bridge's mapping. Repeatable.")
+@click.option("--yes", "-y", is_flag=True, help="Accept without asking (what is accepted is still shown).")
+@kube_options
+def accept_discovered(client: kubernetes.client.ApiClient, namespace: str, name: str, device_name: str | None,
+                      risks: tuple[str, ...], yes: bool) -> None:
+    """Accept the bridged candidate NAME (a DiscoveredDevice): make its Device, in your name.
+
+    Shows the contract the bridge derived and what it left out. The Device binds the bridge's unsigned contract only
+    if it is exactly this one (its content hash, your risk overrides applied): your acceptance stands in for the
+    firmware signature. The broker then lets the device's source publish its state and the bridge its commands.
+
+    \b
+    corral devices accept-discovered z2m-0x00124b0024c0ffee -n home --as hall-lamp --risk light=medium
+    """
+    try:
+        shown = bridging.candidate(client, namespace, name, bridging.parse_risks(risks))
+    except bridging.BridgeError as err:
+        raise click.ClickException(str(err)) from None
+    for line in shown.summary():
+        click.echo(line)
+    if not yes and not click.confirm(f"Accept it as Device {device_name or name} in {namespace}?", default=False):
+        raise click.ClickException("nothing accepted")
+    try:
+        made = bridging.accept_discovered(client, namespace, shown, device_name)
+    except bridging.BridgeError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"Accepted {name} as Device {made} in {namespace} (contract hash {shown.accepted_hash[:16]}). The "
+               f"controller binds the bridge's contract once it announces this one.")

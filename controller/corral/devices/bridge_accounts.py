@@ -38,6 +38,7 @@ from corral.devices.topics import Topics
 SOURCE_TYPE = "corral.dev/bridge-source"
 BRIDGE_TYPE = "corral.dev/bridge-credential"
 BRIDGE_LABEL = "corral.dev/bridge"  # "source" or "account": what the controller's Secret watch selects
+SERVES_LABEL = "corral.dev/bridge-namespace"  # on the chart's bridge Secret: the namespace the bridge serves
 SOURCE_KINDS = ("ha", "zigbee2mqtt")
 DEFAULT_DISCOVERY_PREFIX = "homeassistant"
 DEFAULT_BRIDGE_USERNAME = "corral-bridge"
@@ -76,12 +77,13 @@ class Source:
 
 @dataclass(frozen=True)
 class BridgeCredential:
-    """The bridge's own account for one namespace, from its Secret."""
+    """The bridge's own account for one namespace (the bridged Devices it speaks for), from its Secret."""
 
     namespace: str
     username: str
     password: str
     revoked: bool = False
+    secret_namespace: str = ""  # where its Secret is, when that is not `namespace` (the chart's, label below)
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,13 @@ def secret_of(body: Mapping[str, Any]) -> Source | BridgeCredential | None:
     password = _text(data, "password")
     if not password or not namespace:
         return None
-    if body.get("type") == BRIDGE_TYPE:
-        return BridgeCredential(namespace, _text(data, "username", DEFAULT_BRIDGE_USERNAME), password, revoked)
+    labels = meta.get("labels") or {}
+    if body.get("type") == BRIDGE_TYPE or (body.get("type") == "Opaque" and labels.get(BRIDGE_LABEL) == "account"):
+        # The chart's is an Opaque Secret (made at run time by `corral secrets ensure`, which makes no other type)
+        # in the release namespace, naming the namespace it serves (BrokerAccounts trusts that only from there).
+        served = labels.get(SERVES_LABEL) or namespace
+        return BridgeCredential(served, _text(data, "username", DEFAULT_BRIDGE_USERNAME), password, revoked,
+                                namespace if served != namespace else "")
     if body.get("type") != SOURCE_TYPE:
         return None
     kind, node, name = _text(data, "kind"), _text(data, "node"), _text(data, "source")

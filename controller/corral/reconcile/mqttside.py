@@ -10,6 +10,7 @@ the event loop; the link's callbacks cross over with `call_soon_threadsafe`.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -71,7 +72,8 @@ class MqttSide:
             if config.broker_log else None
         # A device the broker throws off for an account change sends no Will: its status follows the broker's answer.
         self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace,
-                                       on_kicked=self.ingest.disconnected, devices=devices.devices) \
+                                       on_kicked=self.ingest.disconnected, devices=devices.devices,
+                                       home_namespace=os.environ.get("POD_NAMESPACE", "")) \
             if config.manage_broker_accounts else None
         self.enrollments = Informer(api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
                                     self.accounts.on_secret) if self.accounts is not None else None

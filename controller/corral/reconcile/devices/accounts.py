@@ -51,8 +51,9 @@ ENROLLMENT_FACTS = {"createClient": "device.enrolled", "enableClient": "device.e
 class BrokerAccounts:
     def __init__(self, link: MqttLink, topics: Topics, notices: DeviceNotices, limit_per_namespace: int,
                  on_kicked: Callable[[str, str], None] = lambda device_id, why: None,
-                 devices: Callable[[], list[Device]] = lambda: []) -> None:
+                 devices: Callable[[], list[Device]] = lambda: [], home_namespace: str = "") -> None:
         self.link = link
+        self.home_namespace = home_namespace  # the controller's own (its pod's), where the chart's bridge Secret is
         # Bridged sources and bridges (devices.bridge_accounts): their Secrets, and the accepted bridged Devices
         # (`devices`: the Device cache), whose topics a person granted.
         self._bridge_secrets: dict[Key, Source | BridgeCredential] = {}
@@ -221,7 +222,8 @@ class BrokerAccounts:
 
     def with_bridges(self, wanted: dict[str, Account]) -> dict[str, Account]:
         """The device accounts and those of bridged sources and bridges (a device's username wins a clash)."""
-        held = list(self._bridge_secrets.values())
+        held = [h for h in self._bridge_secrets.values() if not isinstance(h, BridgeCredential)
+                or self._may_serve(h)]
         plan = plan_bridge_accounts(self.topics, [h for h in held if isinstance(h, Source)],
                                     [h for h in held if isinstance(h, BridgeCredential)], self._granted)
         refused = list(plan.refused)
@@ -235,6 +237,18 @@ class BrokerAccounts:
                 self._told.add(why)
                 log.warning("broker accounts: %s", why)
         return wanted
+
+    def _may_serve(self, bridge: BridgeCredential) -> bool:
+        """A bridge Secret speaks for the Devices of its own namespace; for another only from the controller's own
+        namespace (the chart's), else anyone who may make Secrets in one namespace could claim another's devices."""
+        if not bridge.secret_namespace or bridge.secret_namespace == self.home_namespace:
+            return True
+        why = (f"bridge account {bridge.username}: its Secret in {bridge.secret_namespace} names namespace "
+               f"{bridge.namespace}, which only a Secret in the controller's own namespace may")
+        if why not in self._told:
+            self._told.add(why)
+            log.warning("broker accounts: %s", why)
+        return False
 
     def _refuse(self, credential: Credential, namespace: str) -> None:
         if credential.device_id in self._refused:
