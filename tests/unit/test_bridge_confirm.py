@@ -1,8 +1,13 @@
-"""The bridge's confirmation rule: only a new, non-retained state after the publish, within the timeout, confirms."""
+"""The bridge's confirmation rule (only a new, non-retained state after the publish, within the timeout, confirms) and
+its answers to `cmd` (commands.py)."""
 
 from __future__ import annotations
 
+import json
+
+from corral.bridge.commands import Answer, Commands, Execute
 from corral.bridge.confirm import UNKNOWN, Confirmation, Confirmed, NotConfirmed
+from corral.contract.model import Contract
 
 
 def waiting(wanted: object = 128, previous: object = 10, echoes: int = 0) -> Confirmation:
@@ -67,3 +72,47 @@ def test_the_value_it_already_had_ends_ok_without_an_echo_and_says_so() -> None:
 
 def test_an_unknown_previous_state_is_not_the_value() -> None:
     assert isinstance(waiting(previous=UNKNOWN).on_timeout(), NotConfirmed)
+
+
+# ---- commands.py: `iot/<id>/cmd` answered as firmware answers it --------------------------------------------
+
+def _contract() -> Contract:
+    return Contract.model_validate({
+        "device_id": "ha-lamp-1", "name": "Lamp", "model": "lamp", "fw": "1.0.0",
+        "actuators": [{"id": "lamp_brightness", "name": "Brightness", "type": "number", "action": "set_value",
+                       "range": {"min": 0, "max": 255}, "step": 1, "risk": "low", "level": "write"}]})
+
+
+def _cmd(command_id: str, value: object, **extra: object) -> bytes:
+    return json.dumps({"id": command_id, "cmd": "set_value",
+                       "params": {"actuator": "lamp_brightness", "value": value}, **extra}).encode()
+
+
+def test_a_valid_command_executes_once_and_a_repeat_gets_the_stored_ack() -> None:
+    commands = Commands()
+    first = commands.receive(_cmd("c-1", 128), _contract(), {"lamp_brightness": 10})
+    assert isinstance(first, Execute) and first.value == 128
+    assert commands.receive(_cmd("c-1", 128), _contract(), {}) is None  # running: its ack will come
+    ack = commands.finish("c-1", True, None, {"lamp_brightness": 128})
+    again = commands.receive(_cmd("c-1", 128), _contract(), {})
+    assert isinstance(again, Answer) and again.ack == ack == {"id": "c-1", "ok": True, "error": None,
+                                                              "state": {"lamp_brightness": 128}}
+
+
+def test_a_value_outside_the_contract_is_refused_with_the_contracts_words() -> None:
+    answer = Commands().receive(_cmd("c-2", 999), _contract(), {"lamp_brightness": 10})
+    assert isinstance(answer, Answer)
+    assert answer.ack == {"id": "c-2", "ok": False, "state": {"lamp_brightness": 10},
+                          "error": "lamp_brightness (set_value) takes a number from 0 to 255 in steps of 1; got 999"}
+
+
+def test_malformed_and_stale_commands_execute_nothing() -> None:
+    commands = Commands()
+    bad = commands.receive(b"{", _contract(), {})
+    assert isinstance(bad, Answer) and bad.ack["id"] is None and "not JSON" in str(bad.ack["error"])
+    assert isinstance(commands.receive(_cmd("c-3", 1, epoch=20), _contract(), {}), Execute)
+    stale = commands.receive(_cmd("c-4", 2, epoch=10), _contract(), {})
+    assert isinstance(stale, Answer) and stale.ack["stale_epoch"] == {"sent": 10, "seen": 20}
+    unknown = commands.receive(json.dumps({"id": "c-5", "cmd": "set_value", "params": {"actuator": "fan"}}).encode(),
+                               _contract(), {})
+    assert isinstance(unknown, Answer) and unknown.ack["error"] == 'unknown actuator "fan"; actuators: lamp_brightness'
