@@ -240,6 +240,7 @@ def test_topics_that_are_not_discovery_are_ignored(topic: str, why: str) -> None
     (b'{"cmd_t": "a", "avty_mode": "most"}', "availability_mode"),
     (b'{"cmd_t": "a", "dev": {"name": "x"}}', "neither identifiers nor connections"),
     (b'{"cmd_t": "a", "dev": "x"}', "device is not a JSON object"),
+    (b'{"cmd_t": "a", "dev": {"ids": ["' + b"x" * 300 + b'"]}}', "identifier is longer than 256"),
     (b'{"cmd_t": "a", "o": {"sw": "1"}}', "origin has no name"),
 ])
 def test_malformed_configs_are_left_out_with_a_reason(payload: bytes, reason: str) -> None:
@@ -386,7 +387,7 @@ _TOPICS = st.sampled_from(["homeassistant/switch/n/o/config", "homeassistant/dev
                            "homeassistant/button/o/config"])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(_TOPICS, _JSON)
 def test_any_json_is_read_or_left_out(topic: str, data: object) -> None:
     reading = read_config(topic, json.dumps(data).encode())
@@ -396,6 +397,21 @@ def test_any_json_is_read_or_left_out(topic: str, data: object) -> None:
     catalog = Catalog()
     catalog.update(topic, json.dumps(data).encode())
     catalog.devices()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_TOPICS, _JSON | st.just("")), max_size=6))
+def test_the_catalog_agrees_with_a_fresh_grouping(messages: list[tuple[str, object]]) -> None:
+    catalog = Catalog()
+    for topic, data in messages:
+        catalog.update(topic, json.dumps(data).encode() if data != "" else b"")
+    everything = catalog.devices()
+    for found in everything:
+        assert catalog.device(found.key) == found
+    for topic, _ in messages:
+        for key in catalog.update(topic, b""):
+            assert catalog.device(key) is None or any(key == d.key for d in catalog.devices())
+    assert catalog.devices() == [] and catalog.readings == {}
 
 
 @settings(max_examples=200, deadline=None)

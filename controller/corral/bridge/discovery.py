@@ -42,6 +42,7 @@ MAX_CONFIG_BYTES = 16 * 1024
 MAX_TOPIC = 512
 MAX_COMPONENTS = 64  # in one device-based message
 MAX_AVAILABILITY = 8
+MAX_IDENTIFIER = 256  # a device identifier or unique_id longer than this does not name a device
 RESERVED_TOPIC_PREFIXES = ("iot/", "$")  # Corral's own device protocol, and the broker's own topics
 DEFAULT_PREFIX = "homeassistant"
 DEVICE = "device"  # the component name of device-based discovery
@@ -368,21 +369,23 @@ def _check_availability(config: Mapping[str, Any]) -> None:
 def _check_device(device: object) -> None:
     if not isinstance(device, dict):
         raise _Malformed("its device is not a JSON object")
-    if not _identifier(device):
+    if not _identifier(device, MAX_CONFIG_BYTES):
         raise _Malformed("its device has neither identifiers nor connections (Home Assistant refuses that too)")
+    if not _identifier(device):
+        raise _Malformed(f"its device identifier is longer than {MAX_IDENTIFIER} characters")
 
 
-def _identifier(device: Mapping[str, Any]) -> str:
+def _identifier(device: Mapping[str, Any], limit: int = MAX_IDENTIFIER) -> str:
+    """identifiers[0], else the first connection as `type:value`; "" when none (or longer than limit)."""
     ids = device.get("identifiers")
     first = ids[0] if isinstance(ids, list) and ids else ids
-    if (text := _text(first)) is not None and text:
-        return text
-    connections = device.get("connections")
-    if isinstance(connections, list) and connections:
-        pair = connections[0]
+    text = _text(first) or ""
+    if not text:
+        connections = device.get("connections")
+        pair = connections[0] if isinstance(connections, list) and connections else None
         if isinstance(pair, list) and len(pair) == 2 and all(_text(p) is not None for p in pair):
-            return f"{_text(pair[0])}:{_text(pair[1])}"
-    return ""
+            text = f"{_text(pair[0])}:{_text(pair[1])}"
+    return text if len(text) <= limit else ""
 
 
 def device_info(device: object) -> DeviceInfo:
@@ -406,6 +409,7 @@ def _key(where: _Topic, config: Mapping[str, Any], node_id: str | None) -> Devic
     device = config.get("device")
     identifier = _identifier(device) if isinstance(device, dict) else ""
     unique_id = _text(config.get("unique_id")) or ""
+    unique_id = unique_id if len(unique_id) <= MAX_IDENTIFIER else ""
     identifier = identifier or node_id or unique_id or where.object_id
     return DeviceKey(source=f"ha:{node_id or identifier}", identifier=identifier)
 
@@ -534,6 +538,7 @@ class Catalog:
 
     prefix: str = DEFAULT_PREFIX
     readings: dict[str, Reading] = field(default_factory=dict)
+    _topics: dict[DeviceKey, set[str]] = field(default_factory=dict)  # which topics speak of a device
 
     def update(self, topic: str, payload: bytes) -> set[DeviceKey]:
         """Read one message; the devices whose discovery changed (before or after)."""
@@ -541,8 +546,15 @@ class Catalog:
         if reading.ignored:
             return set()
         before = self.readings.pop(topic, None)
+        for key in _keys(before):
+            topics = self._topics.get(key, set())
+            topics.discard(topic)
+            if not topics:
+                self._topics.pop(key, None)
         if not reading.removed:
             self.readings[topic] = reading
+            for key in _keys(reading):
+                self._topics.setdefault(key, set()).add(topic)
         return _keys(before) | _keys(reading)
 
     def devices(self) -> list[Discovered]:
@@ -550,7 +562,9 @@ class Catalog:
         return group(self.readings.values())
 
     def device(self, key: DeviceKey) -> Discovered | None:
-        for found in self.devices():
+        """One device as discovered now (None when nothing speaks of it any more)."""
+        readings = [self.readings[topic] for topic in self._topics.get(key, ())]
+        for found in group(readings):
             if found.key == key:
                 return found
         return None
