@@ -11,12 +11,17 @@ import signal
 
 import click
 
+from corral.cli.bridge_sources import add_account, add_source
 from corral.cli.mqttopts import broker_password, password_file_option
 
 
 @click.group("bridge")
 def bridge() -> None:
     """Bridged devices: the bridge process and its sources (docs/bridge.md)."""
+
+
+bridge.add_command(add_source)
+bridge.add_command(add_account)
 
 
 @bridge.command("run")
