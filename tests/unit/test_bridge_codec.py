@@ -101,7 +101,7 @@ def test_cover_position_in_percent_over_the_devices_own_scale() -> None:
                         "set_position_template": '{"position": {{ position }}}'})
     assert c.command("obj0", 50).payload == b'{"position": 128}'
     observed = c.read("c/pos", b"128").state["obj0"]
-    assert c.confirms("obj0", 50, observed)
+    assert observed == 50 and c.confirms("obj0", 50, observed)
     assert not c.confirms("obj0", 50, c.read("c/pos", b"140").state["obj0"])
 
 

@@ -283,7 +283,8 @@ def _cover(comp: Component, out: _Drafts) -> None:
             return round(shut + (full - shut) * percent / 100)
 
         def to_percent(device: float) -> float:
-            return round(max(0.0, min(100.0, (device - shut) * 100 / (full - shut))), 1)
+            # On the contract's step (whole percent), as a native device reports its state.
+            return round(max(0.0, min(100.0, (device - shut) * 100 / (full - shut))))
 
         ptpl = _template(cfg, "set_position_template", {"position": 50, "value": 50})
         tpl = _template(cfg, "position_template")
