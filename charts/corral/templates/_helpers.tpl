@@ -247,6 +247,12 @@ volumes. Those made at run time, unless a value names a Secret of your own:
 {{- .Values.mosquitto.tls.secretName | default (include "corral.componentName" (list . "mosquitto-tls")) }}
 {{- end }}
 
+{{/* The bridge's broker password (bridge.enabled): an Opaque Secret the controller's init container makes, labelled
+so that the controller keeps the bridge's broker account from it (devices/bridge_accounts.py). */}}
+{{- define "corral.bridgeSecret" -}}
+{{- include "corral.componentName" (list . "bridge-broker") }}
+{{- end }}
+
 {{- define "corral.brokerAccountsSecret" -}}
 {{- include "corral.componentName" (list . "broker-accounts") }}
 {{- end }}

@@ -71,6 +71,9 @@ USER_ROLE_RULES: dict[str, list[dict[str, Any]]] = {
         # Rules: people write them, and accept an agent's revision (approve; the acceptance is an annotation, so
         # patch too). Their own switch is the AgentPause `rules` (corral rules pause/resume), covered above.
         _rule(GROUP, ["rules"], ["get", "list", "watch", "create", "update", "patch", "delete", "approve"]),
+        # Bridged candidates: people see what the bridge found. Accepting one (corral devices accept-discovered)
+        # makes a Device and grants broker topics, an enrollment: the enroller's rights, which no role here grants.
+        _rule(GROUP, ["discovereddevices"], ["get", "list", "watch"]),
         _rule("events.k8s.io", ["events"], ["list"]),
     ],
     # Capabilities are device-type contracts (cluster-scoped, not secret); agents need them to see actions.
