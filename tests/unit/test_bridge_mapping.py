@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,7 +173,7 @@ def test_lock_from_the_documented_example_is_left_out_for_its_code_template_and_
     assert (act.type, act.action, act.risk) == ("bool", "set_state", "high")
 
 
-def test_valve_open_close_maps_and_one_reporting_a_position_is_left_out() -> None:
+def test_valve_open_close_is_set_state_and_one_reporting_a_position_is_set_position() -> None:
     derived = one("valve", {
         "name": "MQTT valve", "command_topic": "home-assistant/valve/set",
         "state_topic": "home-assistant/valve/state", "reports_position": False, "payload_open": "OPEN",
@@ -180,8 +181,13 @@ def test_valve_open_close_maps_and_one_reporting_a_position_is_left_out() -> Non
         "value_template": "{{ value_json.x }}"})
     (act,) = valid(derived).actuators
     assert (act.type, act.risk) == ("bool", "high")
-    positioned = one("valve", {"command_topic": "v/set", "state_topic": "v/state", "reports_position": True})
-    assert positioned.contract.actuators == [] and "reports_position" in left(positioned)
+    positioned = one("valve", {"name": "MQTT valve", "command_template": '{"x": {{ value }} }',
+                               "command_topic": "heater/valve/set", "state_topic": "heater/valve/state",
+                               "reports_position": True, "value_template": "{{ value_json.x }}"})
+    (act,) = valid(positioned).actuators
+    assert (act.action, act.unit, act.risk) == ("set_position", "%", "high")
+    assert positioned.codec.command(act.id, 30).payload == b'{"x": 30 }'
+    assert positioned.codec.read("heater/valve/state", b'{"x": 30}').state == {act.id: 30}
 
 
 def test_number_and_select_take_their_range_and_options_and_config_entities_need_config() -> None:
@@ -389,3 +395,39 @@ def test_a_hostile_configuration_never_yields_an_actuator_outside_the_allow_list
     assert set(derived.codec.actuators) == {a.id for a in contract.actuators}
     mapped = {a.id for a in contract.actuators} | {s.metric for s in contract.sensors}
     assert mapped or derived.left_out or not parts
+
+
+# ---- every documented example the discovery tests use (tests/data/bridge/ha/examples.json) --------------------
+
+EXAMPLES = json.loads((Path(__file__).resolve().parent.parent / "data" / "bridge" / "ha" / "examples.json")
+                      .read_text())
+EXPECTED: dict[str, list[tuple[str, str]]] = {  # example -> (actuator action, risk), in contract order
+    "switch_abbreviated": [("set_state", "medium")],
+    "light_json_abbreviated": [("set_state", "low"), ("set_value", "low")],
+    "light_json_color_temp": [("set_state", "low"), ("set_value", "low"), ("set_value", "low")],
+    "light_default": [("set_state", "low"), ("set_value", "low"), ("set_value", "low")],
+    "light_template": [("set_state", "low"), ("set_value", "low")],
+    "fan_presets": [("set_state", "low"), ("set_mode", "low"), ("set_value", "low")],
+    "cover": [], "lock": [],  # their value_template `{{ value.x }}` is beyond the subset
+    "valve_position": [("set_position", "high")],
+    "number": [("set_value", "medium")],
+    "select": [("set_mode", "medium")],
+    "climate_abbreviated": [("set_value", "high"), ("set_mode", "high")],
+}
+
+
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if not n.startswith("_")])
+def test_every_documented_example_derives_a_valid_contract(name: str) -> None:
+    catalog = Catalog()
+    catalog.update(EXAMPLES[name]["topic"], json.dumps(EXAMPLES[name]["payload"]).encode())
+    (device,) = catalog.devices()
+    derived = derive(device)
+    contract = valid(derived)
+    if name in EXPECTED:
+        assert [(a.action, a.risk) for a in contract.actuators] == EXPECTED[name], left(derived)
+    if not contract.actuators:
+        assert contract.sensors or derived.left_out
+    if name in ("cover", "lock"):
+        assert "value_template" in left(derived)
+    if name == "light_template":
+        assert "(colour)" in left(derived) and "(effect)" in left(derived)

@@ -252,7 +252,8 @@ def _lock(comp: Component, out: _Drafts) -> None:
 def _valve(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     if cfg.get("reports_position"):
-        raise _Out("it reports a position (reports_position); only open/close valves are mapped")
+        _valve_position(comp, out)
+        return
     cmd = _topic(cfg, "command_topic")
     if cmd is None:
         raise _Out("it has no command_topic: nothing can be set")
@@ -267,6 +268,39 @@ def _valve(comp: Component, out: _Drafts) -> None:
         "true: open; false: closed (opening and closing are not values)"))
 
 
+def _percent_scale(cfg: Mapping[str, Any]) -> tuple[Callable[[float], float], Callable[[float], float]]:
+    """Percent open (0 closed, 100 open, what Corral shows) to the device's position_closed..position_open and
+    back (on the contract's whole-percent step, as a native device reports its state)."""
+    full, shut = _n(cfg, "position_open", 100), _n(cfg, "position_closed", 0)
+    if full == shut:
+        raise _Out("its position_open equals its position_closed")
+
+    def to_device(percent: float) -> float:
+        return round(shut + (full - shut) * percent / 100)
+
+    def to_percent(device: float) -> float:
+        return round(max(0.0, min(100.0, (device - shut) * 100 / (full - shut))))
+    return to_device, to_percent
+
+
+def _valve_position(comp: Component, out: _Drafts) -> None:
+    cfg = comp.config
+    cmd = _topic(cfg, "command_topic")
+    if cmd is None:
+        raise _Out("it has no command_topic: nothing can be set")
+    state = _needs_state(comp, _topic(cfg, "state_topic"), "position")
+    to_device, to_percent = _percent_scale(cfg)
+    ctpl = _template(cfg, "command_template", {"value": 50})
+    tpl = _template(cfg, "value_template")
+
+    def encode(value: Value) -> str:
+        device = c.tidy(to_device(float(value)))
+        return c.render(ctpl, {"value": device}) if ctpl else c.payload_text(device)
+    out.acts.append(_Act(
+        _slug(comp.object_id), comp, "position", _name(comp), "number", "set_position", cmd, encode,
+        [(state, c.number(tpl, to_percent))], "percent open: 0 closed, 100 open", range=(0, 100), step=1, unit="%"))
+
+
 def _cover(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     base = _slug(comp.object_id)
@@ -274,17 +308,7 @@ def _cover(comp: Component, out: _Drafts) -> None:
         pos_cmd = _topic(cfg, "set_position_topic")
         assert pos_cmd is not None
         pos_state = _needs_state(comp, _topic(cfg, "position_topic"), "position")
-        full, shut = _n(cfg, "position_open", 100), _n(cfg, "position_closed", 0)
-        if full == shut:
-            raise _Out("its position_open equals its position_closed")
-
-        # Corral shows percent open (0 closed, 100 open) whatever the device's own scale is.
-        def to_device(percent: float) -> float:
-            return round(shut + (full - shut) * percent / 100)
-
-        def to_percent(device: float) -> float:
-            # On the contract's step (whole percent), as a native device reports its state.
-            return round(max(0.0, min(100.0, (device - shut) * 100 / (full - shut))))
+        to_device, to_percent = _percent_scale(cfg)
 
         ptpl = _template(cfg, "set_position_template", {"position": 50, "value": 50})
         tpl = _template(cfg, "position_template")
@@ -410,12 +434,12 @@ def _light(comp: Component, out: _Drafts) -> None:
     else:
         raise _Out(f"its schema {quoted_data(str(schema), _QUOTE)} is not one of default, json, template")
     if schema != "json":
-        for key in ("rgb_command_topic", "hs_command_topic", "xy_command_topic", "rgbw_command_topic",
-                    "rgbww_command_topic", "effect_command_topic", "white_command_topic", "red_template",
-                    "effect_list"):
-            if comp.config.get(key):
-                out.leave(comp, key.split("_")[0], "only on/off, brightness and colour temperature of lights are "
-                          "mapped")
+        parts = {"colour" if "effect" not in key else "effect" for key in (
+            "rgb_command_topic", "hs_command_topic", "xy_command_topic", "rgbw_command_topic", "rgbww_command_topic",
+            "white_command_topic", "red_template", "effect_command_topic", "effect_list") if comp.config.get(key)}
+        for part in sorted(parts):
+            out.leave(comp, part, f"{'effects' if part == 'effect' else 'colours'} are not mapped (only on/off, "
+                      "brightness and colour temperature of lights are)")
 
 
 def _brightness_range(cfg: Mapping[str, Any]) -> float:
@@ -502,10 +526,11 @@ def _light_json(comp: Component, out: _Drafts) -> None:
                              "switches the light on", range=(0, scale), step=1))
     colours = [str(m) for m in modes if m not in ("onoff", "brightness", "color_temp", "white")]
     if colours:
-        out.leave(comp, "colour", f"colour modes {quoted_data(', '.join(colours), _QUOTE)} are not mapped (only "
-                  "on/off, brightness and colour temperature are)")
+        out.leave(comp, "colour", f"colours (modes {quoted_data(', '.join(colours), _QUOTE)}) are not mapped (only "
+                  "on/off, brightness and colour temperature of lights are)")
     if cfg.get("effect") or cfg.get("effect_list"):
-        out.leave(comp, "effect", "effects are not mapped (only on/off, brightness and colour temperature are)")
+        out.leave(comp, "effect", "effects are not mapped (only on/off, brightness and colour temperature of "
+                  "lights are)")
     if "color_temp" in modes or cfg.get("color_temp"):
         low, high, unit = _ct(cfg)
         key = "color_temp"
