@@ -22,7 +22,7 @@ SCRIPT = TOOL_DIR / "dump-devices.mjs"
 PACKAGE = TOOL_DIR / "node_modules" / "zigbee-herdsman-converters" / "package.json"
 
 # The devices the bridge tests use: a dimmable white-spectrum bulb, a colour bulb, a metering plug, a thermostatic
-# radiator valve, a lock, a roller blind, a fan with a light and a temperature/humidity sensor.
+# radiator valve, a lock, a roller blind, a fan with a light, a temperature/humidity sensor and a water valve.
 MODELS: dict[str, str] = {
     "bulb": "LED1545G12",  # IKEA TRADFRI E27 white spectrum, brightness and colour temperature
     "hue_bulb": "9290012573A",  # Philips Hue white and colour ambiance (xy and colour temperature)
@@ -32,6 +32,7 @@ MODELS: dict[str, str] = {
     "blind": "E1757",  # IKEA FYRTUR roller blind (position)
     "ceiling_fan": "99432",  # Hampton Bay fan and light
     "hallway_climate": "WSDCGQ11LM",  # Aqara temperature, humidity and pressure sensor
+    "garden_valve": "SWV-ZFE",  # SONOFF water valve: a switch to zigbee2mqtt; its exposes are a function
 }
 
 

@@ -5,6 +5,7 @@ github:Koenkk/zigbee2mqtt), for devices whose exposes are the real definitions o
 
 What it publishes, as zigbee2mqtt does:
 - `<base>/bridge/state` `{"state": "online"}`, retained, and `{"state": "offline"}` as its Last Will (and on stop);
+- `<base>/bridge/info`, retained, with `config.device_options.optimistic` (the `optimistic` option below);
 - `<base>/bridge/devices`, retained: the device list it was given (`announce` publishes a new one, e.g. widened);
 - `<base>/<friendly>/availability` `{"state": "online"|"offline"}`, retained (availability enabled);
 - `<base>/<friendly>`: the device's whole state as JSON (zigbee2mqtt publishes its cached state merged with the
@@ -165,6 +166,7 @@ class Z2mResponder:
         self.client.subscribe(f"{self.base}/#", qos=1)
         assert self._subscribed.wait(10), "zigbee2mqtt could not subscribe its base topic"
         self._publish("bridge/state", {"state": "online"}, retain=True)
+        self._publish("bridge/info", self.info(), retain=True)
         self.announce()
         for friendly in self._devices:
             self.resend(friendly)
@@ -210,6 +212,16 @@ class Z2mResponder:
             payload = json.dumps(self.devices).encode()
         self.client.publish(f"{self.base}/bridge/devices", payload, qos=1, retain=True).wait_for_publish(10)
 
+    def info(self) -> dict[str, Any]:
+        """`bridge/info` as zigbee2mqtt publishes it (retained), reduced to what a reader of its options needs: the
+        version, and in `config` the base topic, availability, the default device options and each device's."""
+        with self._lock:
+            devices = {e["ieee_address"]: {"friendly_name": e["friendly_name"]} for e in self.devices
+                       if e.get("type") != "Coordinator" and "ieee_address" in e}
+        return {"version": "2.6.0", "coordinator": {"type": "EmberZNet"}, "permit_join": False,
+                "config": {"mqtt": {"base_topic": self.base}, "availability": {"enabled": True},
+                           "device_options": {"optimistic": self.optimistic, "retain": False}, "devices": devices}}
+
     def behave(self, friendly: str, mode: Mode) -> None:
         with self._lock:
             self._devices[friendly].mode = mode
@@ -222,14 +234,16 @@ class Z2mResponder:
     def set_available(self, friendly: str, online: bool) -> None:
         with self._lock:
             self._devices[friendly].online = online
-        self._publish(f"{friendly}/availability", {"state": "online" if online else "offline"}, retain=True)
+        self._publish(f"{friendly}/availability", {"state": "online" if online else "offline"},
+                      retain=True).wait_for_publish(10)
 
     def report(self, friendly: str, **values: Any) -> None:
         """The device reports new values (a sensor reading, a change made at the device): its whole state."""
         with self._lock:
             device = self._devices[friendly]
             device.state.update(values)
-            self._publish_state(device)
+            sent = self._publish_state(device)
+        sent.wait_for_publish(10)  # on the broker when this returns (never on paho's thread: it would wait for itself)
 
     def resend(self, friendly: str) -> None:
         """Availability and state again (e.g. once the broker grants the device's topics to this account)."""
@@ -237,7 +251,8 @@ class Z2mResponder:
             device = self._devices[friendly]
             self._publish(f"{friendly}/availability", {"state": "online" if device.online else "offline"},
                           retain=True)
-            self._publish_state(device)
+            sent = self._publish_state(device)
+        sent.wait_for_publish(10)
 
     def state(self, friendly: str) -> dict[str, Any]:
         with self._lock:
@@ -260,8 +275,8 @@ class Z2mResponder:
             self.published.append((topic, dict(payload), retain))
         return self.client.publish(topic, json.dumps(payload), qos=1, retain=retain)
 
-    def _publish_state(self, device: _Device, overlay: Mapping[str, Any] | None = None) -> None:
-        self._publish(device.friendly, {**device.state, **(overlay or {})}, retain=device.retain)
+    def _publish_state(self, device: _Device, overlay: Mapping[str, Any] | None = None) -> mqtt.MQTTMessageInfo:
+        return self._publish(device.friendly, {**device.state, **(overlay or {})}, retain=device.retain)
 
     def _on_message(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
         arrived = time.monotonic()

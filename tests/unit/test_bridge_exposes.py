@@ -197,6 +197,26 @@ def test_a_sensor_only_device_has_no_actuators(real: dict[str, Discovered]) -> N
     assert temperature.config["device_class"] == "temperature"
 
 
+def test_a_definition_whose_exposes_are_a_function_is_read(real: dict[str, Discovered]) -> None:
+    # zigbee2mqtt calls such a definition's exposes with the device; the tool calls it with a stub device.
+    valve = real["garden_valve"]
+    assert component(valve, "switch", "switch").config["command_topic"] == "zigbee2mqtt/garden_valve/set"
+    assert "command_topic" not in component(valve, "sensor", "real_time_irrigation_volume").config
+    out = left_out(valve)
+    duration = component(valve, "number", "irrigation_duration")  # access 3: published and settable
+    assert (duration.config["min"], duration.config["max"], duration.config["entity_category"]) == (1, 719, "config")
+    assert "composite irrigation_plan_remove" in out
+    assert out["text rain_delay"] == "settable text is not mapped"
+
+
+def test_a_settable_number_without_a_range_keeps_only_its_reading() -> None:
+    # Home Assistant would read a number without min and max as 1..100; zigbee2mqtt gives none.
+    unbounded = {"type": "numeric", "name": "duration", "property": "duration", "access": 7, "unit": "s"}
+    (device,) = read(entry(exposes=[unbounded]))
+    assert "command_topic" not in component(device, "sensor", "duration").config
+    assert "no value_min and value_max" in left_out(device)["numeric duration (setting it)"]
+
+
 # -- hand-made and hostile input --------------------------------------------------------------------------------------
 
 def entry(friendly: str = "lamp", exposes: list[Any] | None = None, **over: Any) -> dict[str, Any]:

@@ -528,7 +528,13 @@ class _Reader:
         if unit:
             config["unit_of_measurement"] = unit
         object_id = f"{name}_{endpoint}" if endpoint else name
-        if access & ACCESS_SET:
+        ranged = checked.get("value_min") is not None and checked.get("value_max") is not None
+        if access & ACCESS_SET and not ranged:
+            # Home Assistant would read a number without bounds as 1..100; zigbee2mqtt gives none. The allow-list
+            # takes ranges from the device, so without one only the reading is kept.
+            self.leave(f"{what} (setting it)", "it can be set but has no value_min and value_max; only its "
+                       "reading is kept")
+        if access & ACCESS_SET and ranged:
             config["command_topic"] = self.command_topic(endpoint, prop)
             for source, target in (("value_min", "min"), ("value_max", "max"), ("value_step", "step")):
                 if checked.get(source) is not None:
