@@ -31,6 +31,7 @@ where Home Assistant renders it to text first; `as_text` gives Jinja's text of a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -461,6 +462,11 @@ def compile_value(text: str) -> ValueTemplate | Refusal:
     """A value template in the safe subset, or the sentence saying why not."""
     if not isinstance(text, str):
         return Refusal(_shown(text), f"its template {_shown(text)} is not text")
+    return _compile_value(text)
+
+
+@functools.lru_cache(maxsize=1024)  # a device's templates are compiled again for every state message
+def _compile_value(text: str) -> ValueTemplate | Refusal:
     if len(text) > MAX_VALUE_TEMPLATE:
         return Refusal(text[:80], f"its template is longer than {MAX_VALUE_TEMPLATE} characters")
     body = text.strip()
@@ -485,6 +491,11 @@ def compile_command(text: str, variables: tuple[str, ...] = ("value",)) -> Comma
     sentence saying why not."""
     if not isinstance(text, str):
         return Refusal(_shown(text), f"its template {_shown(text)} is not text")
+    return _compile_command(text, tuple(variables))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_command(text: str, variables: tuple[str, ...]) -> CommandTemplate | Refusal:
     if len(text) > MAX_COMMAND_TEMPLATE:
         return Refusal(text[:80], f"its template is longer than {MAX_COMMAND_TEMPLATE} characters")
     try:
