@@ -30,6 +30,8 @@ from corral.devices.link import BrokerAddress, TlsFiles
 
 log = logging.getLogger(__name__)
 
+RETRY_S = 1.0  # a refused subscription or retained publish is tried again after this long
+
 
 @dataclass(frozen=True)
 class Arrived:
@@ -60,6 +62,11 @@ class BridgeLink:
         self._on_message = on_message
         self._on_connected = on_connected
         self._subscriptions: set[str] = set()
+        # The broker grants a device's topics when the controller sees its Device, which may be just after the
+        # bridge does: a refused subscription or retained publish (MQTT 5 reason 0x87) is tried again.
+        self._asked: dict[int, list[str]] = {}  # subscribe mid -> its topics
+        self._retained: dict[int, tuple[str, bytes | str]] = {}  # publish mid -> (topic, payload), until acked
+        self._latest: dict[str, bytes | str] = {}  # topic -> the retained payload last published there
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: mqtt.Client | None = None
         self.connected = asyncio.Event()
@@ -74,6 +81,8 @@ class BridgeLink:
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_message = self._handle_message
+        client.on_subscribe = self._handle_subscribe
+        client.on_publish = self._handle_publish
         self._client = client
         client.connect_async(self.address.host, self.address.port, keepalive=30)
         client.loop_start()
@@ -87,8 +96,17 @@ class BridgeLink:
     def subscribe(self, topics: Iterable[str]) -> None:
         new = [topic for topic in topics if topic not in self._subscriptions]
         self._subscriptions.update(new)
-        if new and self._client is not None and self.connected.is_set():
-            self._client.subscribe([(topic, 1) for topic in new])
+        self._subscribe(new)
+
+    def _subscribe(self, topics: list[str]) -> None:
+        if topics and self._client is not None and self.connected.is_set():
+            _, mid = self._client.subscribe([(topic, 1) for topic in topics])
+            if mid is not None:
+                self._asked[mid] = topics
+
+    def forget(self, topic: str) -> None:
+        """Stop trying again to publish a retained message on `topic` (its device is no longer bridged)."""
+        self._latest.pop(topic, None)
 
     def unsubscribe(self, topics: Iterable[str]) -> None:
         gone = [topic for topic in topics if topic in self._subscriptions]
@@ -99,7 +117,10 @@ class BridgeLink:
     def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> None:
         if self._client is None:
             raise RuntimeError("the bridge's MQTT link is not started")
-        self._client.publish(topic, payload, qos=qos, retain=retain)
+        sent = self._client.publish(topic, payload, qos=qos, retain=retain)
+        if retain and qos > 0:
+            self._retained[sent.mid] = (topic, payload)
+            self._latest[topic] = payload
 
     # paho thread ---------------------------------------------------------------------------
 
@@ -107,13 +128,17 @@ class BridgeLink:
         if reason.is_failure:
             log.warning("the broker refused the bridge's connection: %s", reason)
             return
-        if self._subscriptions:
-            client.subscribe([(topic, 1) for topic in sorted(self._subscriptions)])
         self._call_soon(self._mark_connected)
 
     def _handle_disconnect(self, _c: mqtt.Client, _u: Any, _f: Any, reason: ReasonCode, _p: Any) -> None:
         log.warning("the bridge's MQTT link is down (%s); reconnecting", reason)
         self._call_soon(self.connected.clear)
+
+    def _handle_subscribe(self, _c: mqtt.Client, _u: Any, mid: int, codes: list[ReasonCode], _p: Any) -> None:
+        self._call_soon(self._subscribed, mid, [code.is_failure for code in codes])
+
+    def _handle_publish(self, _c: mqtt.Client, _u: Any, mid: int, code: ReasonCode, _p: Any) -> None:
+        self._call_soon(self._published, mid, code.is_failure)
 
     def _handle_message(self, _c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
         self._call_soon(self._deliver, Arrived(message.topic, bytes(message.payload), bool(message.retain),
@@ -127,7 +152,29 @@ class BridgeLink:
 
     def _mark_connected(self) -> None:
         self.connected.set()
+        self._asked.clear()
+        self._subscribe(sorted(self._subscriptions))  # a clean session: subscribe again every time
         self._on_connected()
+
+    def _subscribed(self, mid: int, failed: list[bool]) -> None:
+        topics = self._asked.pop(mid, [])
+        refused = [topic for topic, no in zip(topics, failed, strict=False) if no and topic in self._subscriptions]
+        if refused and self._loop is not None:
+            log.info("the broker refused the subscription to %s for now; trying again", ", ".join(refused))
+            self._loop.call_later(RETRY_S, lambda: self._subscribe(
+                [topic for topic in refused if topic in self._subscriptions]))
+
+    def _published(self, mid: int, failed: bool) -> None:
+        entry = self._retained.pop(mid, None)
+        if entry is not None and failed and self._loop is not None:
+            topic, payload = entry
+            log.info("the broker refused the retained message on %s for now; trying again", topic)
+            self._loop.call_later(RETRY_S, self._again, topic, payload)
+
+    def _again(self, topic: str, payload: bytes | str) -> None:
+        # Only the latest payload for the topic, and only while it is still wanted.
+        if self._client is not None and self._latest.get(topic) == payload:
+            self.publish(topic, payload, retain=True)
 
     def _deliver(self, message: Arrived) -> None:
         try:

@@ -101,9 +101,9 @@ class Bridge:
             self._announce(accepted)
 
     def _on_message(self, message: Arrived) -> None:
-        parts = message.topic.split("/")
-        if len(parts) == 3 and parts[0] == self.settings.prefix and parts[2] == "cmd":
-            accepted = self.accepted.get(parts[1])
+        prefix = self.settings.prefix + "/"
+        if message.topic.startswith(prefix) and message.topic.endswith("/cmd"):
+            accepted = self.accepted.get(message.topic[len(prefix):-len("/cmd")])
             if accepted is not None and not message.retained:
                 self._command(accepted, message.payload)
             return
@@ -131,14 +131,23 @@ class Bridge:
         while True:
             try:
                 listed = await self.api.request("GET", path)
-                self._devices(list(listed.get("items") or []))
+                items = {str(item["metadata"]["name"]): item for item in listed.get("items") or []}
+                self._devices(list(items.values()))
                 version = str((listed.get("metadata") or {}).get("resourceVersion") or "")
-                async for event in self.api.watch(path, {"resourceVersion": version},
+                async for event in self.api.watch(path, {"resourceVersion": version,
+                                                         "timeoutSeconds": str(int(self.settings.relist_s))},
                                                   timeout_s=self.settings.relist_s):
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        # A whole list again is cheap at a namespace's size, and never misses a deletion.
-                        listed = await self.api.request("GET", path)
-                        self._devices(list(listed.get("items") or []))
+                    kind, item = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        break  # e.g. the version is too old: list again
+                    name = str((item.get("metadata") or {}).get("name") or "")
+                    if kind in ("ADDED", "MODIFIED"):
+                        items[name] = item
+                    elif kind == "DELETED":
+                        items.pop(name, None)
+                    else:
+                        continue
+                    self._devices(list(items.values()))
             except asyncio.CancelledError:
                 raise
             except (TimeoutError, ApiError, OSError, ValueError) as err:
@@ -191,6 +200,7 @@ class Bridge:
 
     def _forget(self, accepted: Accepted) -> None:
         self.link.unsubscribe([f"{self.settings.prefix}/{accepted.device_id}/cmd"])
+        self.link.forget(f"{self.settings.prefix}/{accepted.device_id}/info")
         if accepted.bridged is not None:
             topics = [*accepted.bridged.topics.state, *accepted.bridged.topics.availability]
             self.link.unsubscribe(topics)
