@@ -10,6 +10,8 @@ from corral.api.capability import capability_name
 from corral.api.discovered import contract_hash
 from corral.contract.model import Contract
 from corral.contract.trust import BRIDGED_MISMATCH, judge, with_risk
+from corral.gateway.tools.control import DeviceTool
+from corral.gateway.visible import VisibleDevice
 from corral.reconcile.devices.status import Observed, bridged_words, device_status
 
 
@@ -82,3 +84,22 @@ def test_a_bridged_device_says_so_and_a_first_mismatch_trusts_nothing() -> None:
     accepted = next(c for c in held.conditions if c.type == "ContractAccepted")
     assert (accepted.status, accepted.reason) == ("False", BRIDGED_MISMATCH)
     assert "corral devices accept-contract bulb" in accepted.message
+
+
+def visible(bridge: dict[str, Any] | None) -> VisibleDevice:
+    spec: dict[str, Any] = {"deviceId": "z2m-bulb", **({"bridge": bridge} if bridge else {})}
+    body = {"spec": spec, "status": {"online": True}}
+    return VisibleDevice("home", "bulb", body, contract(), frozenset({"read", "write"}))
+
+
+def test_agents_are_told_a_bridged_device_has_no_device_side_clamp_and_its_source() -> None:
+    bulb = visible({"source": "z2m", "discovered": "z2m-bulb", "acceptedContractHash": "0" * 64})
+    assert bulb.summary()["bridged_from"] == "z2m"
+    detail = bulb.detail(datetime.now(UTC))
+    assert detail["bridge"]["source"] == "z2m" and "no device-side clamp" in detail["bridge"]["note"]
+    light = next(a for a in bulb.usable_actuators() if a.id == "light")
+    tool = DeviceTool("bulb.light.set_state", bulb, light)
+    assert "Bridged from source z2m: no device-side clamp" in tool.description
+    native = visible(None)
+    assert "bridged_from" not in native.summary() and "bridge" not in native.detail(datetime.now(UTC))
+    assert "Bridged" not in DeviceTool("bulb.light.set_state", native, light).description

@@ -55,6 +55,13 @@ class VisibleDevice:
         overlay = (self.body.get("spec") or {}).get("overlay") or {}
         return {k: bounded(v, OVERLAY_LIMIT) for k, v in overlay.items() if isinstance(v, str) and v}
 
+    @property
+    def bridged_from(self) -> str | None:
+        """The source a bridged device speaks through (spec.bridge.source, a person's name for it), or None."""
+        bridge = (self.body.get("spec") or {}).get("bridge")
+        source = bridge.get("source") if isinstance(bridge, dict) else None
+        return bounded(source, 63) if isinstance(source, str) and source else None
+
     def usable_actuators(self) -> list[Actuator]:
         """Actuators whose level the caller holds."""
         if self.contract is None:
@@ -74,6 +81,7 @@ class VisibleDevice:
             "in_sync": self.status.get("inSync"),
             "actuators": [a.id for a in self.usable_actuators()],
             "sensors": [s.metric for s in contract.sensors] if contract and "listen" in self.levels else [],
+            **({"bridged_from": self.bridged_from} if self.bridged_from else {}),
         }
 
     def detail(self, now: datetime) -> dict[str, Any]:
@@ -118,6 +126,7 @@ class VisibleDevice:
             "conditions": conditions,
             "interlocks": interlocks,
             "interlocked_targets": held,
+            **({"bridge": {"source": self.bridged_from, "note": BRIDGED_NOTE}} if self.bridged_from else {}),
             "contract": (
                 {"name": contract.name, "model": contract.model, "fw": contract.fw,
                  "capability": status.get("acceptedCapability") or status.get("capability")}
@@ -174,6 +183,11 @@ def value_schema(actuator: Actuator) -> dict[str, Any]:
         return {"type": "integer", **{k: int(v) for k, v in bounds.items()}, "description": text}
     return {"type": "number", **bounds, "description": text}
 
+
+# What an agent must know of a bridged device (docs/bridge.md): no firmware of ours clamps or acks there.
+BRIDGED_NOTE = ("A bridged device (a third-party device spoken for by corral bridge): it has no device-side clamp; the "
+                "bridge validates and clamps every command, publishes it once, and the outcome is the device's next "
+                "state report showing the value (else the Intent fails saying the device did not confirm).")
 
 OVERLAY_LIMIT = 512  # the API server's own limit for notes; alias and location are held to 64 there
 
