@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.bridge.codec import DeviceCodec, InvalidValue, Publish
+from corral.bridge.discovery import Catalog
 from corral.bridge.exposes import read_devices
 from corral.bridge.mapping import derive
+from tests.unit.test_bridge_discovery import _hmd_configs
 from tests.unit.test_bridge_mapping import discovered, one
 from tests.z2m_devices import bridge_devices
 
@@ -220,3 +222,31 @@ def test_any_state_payload_reads_as_values_of_the_contracts_types_or_nothing(pay
             assert isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     for value in observed.readings.values():
         assert isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def test_ha_mqtt_discoverable_devices_round_trip_as_the_library_publishes_state() -> None:
+    catalog = Catalog()
+    for topic, payload in _hmd_configs().values():
+        catalog.update(topic, payload)
+    (porch,) = catalog.devices()
+    derived = derive(porch)
+    assert not derived.left_out
+    c = derived.codec
+    assert {a.id: (a.action, a.risk) for a in derived.contract.actuators} == {
+        "lamp": ("set_state", "low"), "lamp_brightness": ("set_value", "low"), "door": ("set_state", "high"),
+        "tap": ("set_state", "high"), "fountain": ("set_state", "medium"), "level": ("set_value", "medium"),
+        "scene": ("set_mode", "medium")}
+    assert c.command("lamp_brightness", 120) == Publish("hmd/light/Porch/Lamp/command",
+                                                        b'{"state":"ON","brightness":120}')
+    # What the library's Light.brightness(120), Lock.locked(), Valve.open() and Sensor.set_state(21.5) publish.
+    assert c.read("hmd/light/Porch/Lamp/state", b'{"brightness": 120, "state": "ON"}').state == {
+        "lamp": True, "lamp_brightness": 120}
+    assert c.command("door", True) == Publish("hmd/lock/Porch/Door/command", b"LOCK")
+    assert c.read("hmd/lock/Porch/Door/state", b"LOCKED").state == {"door": True}
+    assert not c.read("hmd/lock/Porch/Door/state", b"JAMMED")
+    assert c.command("tap", True) == Publish("hmd/valve/Porch/Tap/command", b"OPEN")
+    assert c.read("hmd/valve/Porch/Tap/state", b"open").state == {"tap": True}
+    assert c.read("hmd/sensor/Porch/Temp/state", b"21.5").readings == {"temp": 21.5}
+    assert c.read("hmd/binary_sensor/Porch/Motion/state", b"on").readings == {"motion": True}  # its payload_on
+    with pytest.raises(InvalidValue):
+        c.command("lamp_brightness", 256)
