@@ -25,8 +25,9 @@ What a set does to the simulated device (`behave(friendly, mode)`):
   anything; off with `optimistic=False`), then, `report_delay_s` later, the device's own report: the state with
   the values as the device applied them (numbers clamped to the expose's value_min/value_max; a light turned on
   by a brightness above 0 and off by 0; a lock's lock_state following its state; a cover's position following
-  OPEN/CLOSE and its state following its position). Both are whole-state messages, so the echo and the report
-  of an unclamped value look the same: only their order tells them apart.
+  OPEN/CLOSE and its state following its position; a fan's fan_state and fan_mode following each other). Both
+  are whole-state messages, so the echo and the report of an unclamped value look the same: only their order
+  tells them apart.
 - "silent": nothing at all (the device is unreachable: the Zigbee command fails, zigbee2mqtt logs the error and
   publishes no state, optimistic or not).
 - "echo_only": the optimistic echo, never a report (a device that acknowledged the command at the Zigbee level
@@ -122,6 +123,11 @@ def _read_device(entry: Mapping[str, Any]) -> _Device:
                 settable[prop] = part
     if "color_temp" in state:
         state["color_mode"] = "color_temp"
+    # A consistent start: a closed cover at position 0, an unlocked lock saying so.
+    if composites.get("position") == "cover" and "state" in state:
+        state["state"] = "OPEN" if state.get("position") else "CLOSE"
+    if composites.get("lock_state") == "lock":
+        state["lock_state"] = "locked" if str(state.get("state")).upper() == "LOCK" else "unlocked"
     return _Device(entry["friendly_name"], settable, state, composites, endpoints)
 
 
@@ -141,6 +147,7 @@ class Z2mResponder:
         self.sets: list[SetMessage] = []
         self.published: list[tuple[str, dict[str, Any], bool]] = []  # (topic, payload, retained), in order
         self._timers: list[threading.Timer] = []
+        self._pending = 0  # reports scheduled and not yet published (counted under the lock, with the publish)
         self._subscribed = threading.Event()
         username, password = credentials
         # The broker takes the username for the client id (one connection per account); a zigbee2mqtt client id is
@@ -254,6 +261,11 @@ class Z2mResponder:
             sent = self._publish_state(device)
         sent.wait_for_publish(10)
 
+    def pending_reports(self) -> int:
+        """Device reports scheduled and not yet published."""
+        with self._lock:
+            return self._pending
+
     def state(self, friendly: str) -> dict[str, Any]:
         with self._lock:
             return dict(self._devices[friendly].state)
@@ -336,6 +348,7 @@ class Z2mResponder:
             timer = threading.Timer(self.report_delay_s, self._report, (device.friendly, applied))
             timer.daemon = True
             self._timers.append(timer)
+            self._pending += 1
             timer.start()
 
     def _report(self, friendly: str, applied: Mapping[str, Any]) -> None:
@@ -343,6 +356,7 @@ class Z2mResponder:
             device = self._devices[friendly]
             device.state.update(applied)
             self._publish_state(device)
+            self._pending -= 1
 
 
 _INVALID = object()
@@ -422,6 +436,10 @@ def _device_applies(device: _Device, requested: Mapping[str, Any]) -> dict[str, 
             upper = str(value).upper()
             if upper in ("OPEN", "CLOSE"):
                 applied[f"position{tail}"] = 100 if upper == "OPEN" else 0
+        if composite == "fan" and base == "fan_mode":  # zigbee2mqtt's fan state follows the fan's mode
+            applied["fan_state"] = "OFF" if str(value).lower() == "off" else "ON"
+        if composite == "fan" and base == "fan_state" and "fan_mode" not in requested:
+            applied["fan_mode"] = "on" if str(value).upper() == "ON" else "off"
         if composite == "cover" and base == "position":
             applied[f"state{tail}"] = "OPEN" if value else "CLOSE"
     return applied
