@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral.bridge import codec as c
+from corral.bridge.discovery import RESERVED_TOPIC_PREFIXES
 from corral.bridge.model import Component, Discovered, LeftOut
 from corral.bridge.risk import RiskRule, apply_overrides, risk_for
 from corral.contract.allowlist import ActionKind, ValueType
@@ -149,6 +150,10 @@ def _topic(cfg: Mapping[str, Any], key: str) -> str | None:
         return None
     if not isinstance(value, str) or any(ch in value for ch in "#+\x00") or len(value) > 512:
         raise _Out(f"its {key} is not a plain MQTT topic: {quoted_data(str(value), _QUOTE)}")
+    if value.startswith(RESERVED_TOPIC_PREFIXES):
+        # Accepting the device grants the bridge these topics: never Corral's own device protocol or the broker's.
+        raise _Out(f"its {key} {quoted_data(value, _QUOTE)} lies in a reserved namespace "
+                   f"({', '.join(RESERVED_TOPIC_PREFIXES)})")
     return value
 
 
@@ -866,7 +871,9 @@ def _build(discovered: Discovered, drafts: _Drafts, overrides: Mapping[str, str]
     )
     codec = c.DeviceCodec(actuators, sensors, _availability(discovered.components))
     topics = Topics(codec.command_topics(), codec.state_topics(), codec.availability_topics())
-    return Derived(contract, codec, topics, tuple(left),
+    # Reasons quote device text (templates, options, names): made safe here, whoever wrote the LeftOut.
+    left_out = tuple(LeftOut(bounded(x.what, 200), bounded(x.reason, 512)) for x in left)
+    return Derived(contract, codec, topics, left_out,
                    {aid: rules[aid].why for aid in actuators}, unknown)
 
 
