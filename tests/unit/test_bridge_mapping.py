@@ -352,6 +352,7 @@ def test_zigbee2mqtt_devices_from_the_real_definitions_derive_valid_contracts() 
     by_id = {a.id: a for a in bulb.contract.actuators}
     assert by_id["light_brightness"].range is not None and by_id["light_brightness"].range.max == 254
     assert by_id["light_color_temp"].unit == "mired"
+    assert (by_id["light"].name, by_id["light_brightness"].name) == ("bulb", "bulb brightness")  # name: null
     assert bulb.topics.command[0] == "zigbee2mqtt/bulb/set" and bulb.topics.state == ("zigbee2mqtt/bulb",)
     lock = derived["0x00124b0000000005"]
     assert {a.id: a.risk for a in lock.contract.actuators}["lock"] == "high"

@@ -192,6 +192,9 @@ def _encode_template(template: str | None, extra: Mapping[str, object] | None = 
 def _name(comp: Component, suffix: str = "") -> str:
     raw = comp.config.get("name")
     base = safe_text(raw) if isinstance(raw, str) else ""
+    if not base and "name" in comp.config:
+        # `name: null` is Home Assistant's "the device's own name" (zigbee2mqtt's main light, switch or lock).
+        base = safe_text(comp.device.name)
     base = base or safe_text(comp.object_id) or comp.component
     return bounded(f"{base} {suffix}".strip(), 64)
 
