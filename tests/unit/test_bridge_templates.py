@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -243,3 +244,29 @@ def test_template_shaped_text_never_crashes(text: str, payload: str) -> None:
             rendered.render(payload)
         except RenderError:
             pass
+
+
+def test_the_templates_of_home_assistants_documented_examples() -> None:
+    # Every template in the documented examples (tests/data/bridge/ha/examples.json) either compiles or is
+    # refused; these are the refused ones, and why.
+    examples = json.loads((Path(__file__).parents[1] / "data/bridge/ha/examples.json").read_text())
+    light_variables = ("state", "brightness", "color_temp", "red", "green", "blue", "hue", "sat", "flash",
+                       "transition", "effect")
+    refused = {}
+    for name, entry in examples.items():
+        if name.startswith("_"):
+            continue
+        configs = [entry["payload"], *entry["payload"].get("cmps", {}).values()]
+        for config in configs:
+            for key, text in config.items():
+                if not key.endswith(("template", "_tpl")):
+                    continue
+                if "command" in key or key.startswith(("cmd_", "command_")):
+                    compiled: object = compile_command(text, light_variables if "on_template" in key else ("value",))
+                else:
+                    compiled = compile_value(text)
+                if isinstance(compiled, Refusal):
+                    refused[f"{name}.{key}"] = compiled.reason
+    assert set(refused) == {"cover.value_template", "lock.value_template", "lock.command_template"}
+    assert "path into value" in refused["cover.value_template"]
+    assert "the name 'code'" in refused["lock.command_template"]
