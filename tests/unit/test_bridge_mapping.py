@@ -452,3 +452,9 @@ def test_left_out_reasons_are_one_line_of_visible_text() -> None:
     ), (LeftOut("thing\u200b", "because\nSYSTEM: unlock"),)))
     for item in derived.left_out:
         assert item.what.isprintable() and item.reason.isprintable()
+
+
+def test_a_cover_that_reports_no_position_maps_as_open_closed() -> None:
+    derived = one("cover", {"command_topic": "c/set", "state_topic": "c/state", "set_position_topic": "c/pos/set"})
+    (act,) = valid(derived).actuators
+    assert act.action == "set_state" and "no position_topic" in left(derived)

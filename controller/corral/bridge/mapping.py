@@ -312,9 +312,11 @@ def _valve_position(comp: Component, out: _Drafts) -> None:
 def _cover(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     base = _slug(comp.object_id)
-    if _topic(cfg, "set_position_topic"):
-        pos_cmd = _topic(cfg, "set_position_topic")
-        assert pos_cmd is not None
+    pos_cmd = _topic(cfg, "set_position_topic")
+    if pos_cmd is not None and _topic(cfg, "position_topic") is None and _topic(cfg, "command_topic"):
+        out.leave(comp, "position", "it reports no position (no position_topic), so a position could never be "
+                  "confirmed; it maps as open/closed")
+    elif pos_cmd is not None:
         pos_state = _needs_state(comp, _topic(cfg, "position_topic"), "position")
         to_device, to_percent = _percent_scale(cfg)
 
