@@ -134,7 +134,7 @@ def test_fan_with_presets_and_a_speed_range_leaves_oscillation_and_direction_out
     assert by_id["obj0_preset_mode"].values == ["auto", "smart", "whoosh", "eco", "breeze"]
     assert by_id["obj0_preset_mode"].action == "set_mode"
     speed = by_id["obj0_speed"]
-    assert speed.range is not None and (speed.range.min, speed.range.max) == (0, 10)
+    assert speed.range is not None and (speed.range.min, speed.range.max) == (1, 10)
     assert "oscillation" in left(derived)
 
 

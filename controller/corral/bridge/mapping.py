@@ -426,10 +426,13 @@ def _fan_percentage(comp: Component, out: _Drafts, base: str) -> None:
     low, high = _n(cfg, "speed_range_min", 1), _n(cfg, "speed_range_max", 100)
     ctpl = _template(cfg, "percentage_command_template", {"value": low})
     tpl = _template(cfg, "percentage_value_template")
-    # The device's own speed scale (speed_range_min..max; 1..100 by default is a percentage); 0 is off.
+    if low > high or low < 0:
+        raise _Out("its speed_range_min is above its speed_range_max, or below 0")
+    # The device's own speed scale (speed_range_min..max; 1..100 by default is a percentage). Off is the fan's
+    # state, not a speed: Home Assistant switches a fan off with payload_off, never with 0 on this topic.
     out.acts.append(_Act(f"{base}_speed", comp, "percentage", _name(comp, "speed"), "number", "set_value", cmd,
                          _encode_template(ctpl), [(state, c.number(tpl))],
-                         "fan speed in the device's own steps; 0 is off", range=(0, high), step=1,
+                         "fan speed in the device's own steps (off is the fan's state)", range=(low, high), step=1,
                          unit="%" if (low, high) == (1, 100) else ""))
 
 
