@@ -95,11 +95,12 @@ def test_abbreviations_and_the_base_topic() -> None:
 
 
 def test_base_topic_at_either_end_and_in_availability() -> None:
-    payload = {"~": "base/x", "cmd_t": "~/set", "stat_t": "state/~", "json_attr_t": "mid~dle",
+    payload = {"~": "base/x", "cmd_t": "~/set", "stat_t": "state/~", "json_attr_t": "mid~dle", "pos_t": "~/p/~",
                "avty": [{"t": "~/avail", "pl_avail": "up"}], "name": "~/not-a-topic", "uniq_id": "u1"}
     switch = one(read_config("homeassistant/switch/node1/sw/config", json.dumps(payload).encode()))
     assert switch.config["command_topic"] == "base/x/set" and switch.config["state_topic"] == "state/base/x"
     assert switch.config["json_attributes_topic"] == "mid~dle" and switch.config["name"] == "~/not-a-topic"
+    assert switch.config["position_topic"] == "~/p/base/x"  # Home Assistant's result for ~ at both ends
     assert "~" not in switch.config
     assert availability(switch.config).topics == (AvailabilityTopic("base/x/avail", "up", "offline"),)
     assert switch.key == DeviceKey("ha:node1", "node1")  # no device: grouped by the node

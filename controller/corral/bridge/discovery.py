@@ -280,11 +280,14 @@ def _replace_base(config: dict[str, Any]) -> None:
         raise _Malformed("its base topic ~ is not text")
 
     def substituted(value: str) -> str:
+        # Exactly as Home Assistant: both tests look at the value as written, so for `~/x/~` the trailing
+        # substitution is the one that stays (`~/x/<base>`), which is the topic the device expects to be used.
+        result = value
         if value.startswith(TOPIC_BASE):
-            value = base + value[1:]
+            result = base + value[1:]
         if value.endswith(TOPIC_BASE):
-            value = value[:-1] + base
-        return value
+            result = value[:-1] + base
+        return result
 
     for key, value in list(config.items()):
         if key.endswith("topic") and isinstance(value, str) and value:
