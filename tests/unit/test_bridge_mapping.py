@@ -458,3 +458,13 @@ def test_a_cover_that_reports_no_position_maps_as_open_closed() -> None:
     derived = one("cover", {"command_topic": "c/set", "state_topic": "c/state", "set_position_topic": "c/pos/set"})
     (act,) = valid(derived).actuators
     assert act.action == "set_state" and "no position_topic" in left(derived)
+
+
+def test_sensor_metrics_never_repeat_an_actuator_id() -> None:
+    key = DeviceKey("ha:n", "n")
+    derived = derive(Discovered(key, DeviceInfo(name="n"), (
+        Component(key, "switch", "relay", {"command_topic": "r/set", "state_topic": "r"}),
+        Component(key, "sensor", "relay", {"state_topic": "r/power", "unit_of_measurement": "W"}),
+    )))
+    contract = valid(derived)
+    assert [a.id for a in contract.actuators] == ["relay"] and [s.metric for s in contract.sensors] == ["relay_2"]

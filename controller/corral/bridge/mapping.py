@@ -854,10 +854,10 @@ def _build(discovered: Discovered, drafts: _Drafts, overrides: Mapping[str, str]
             continue
         actuators[aid] = c.ActuatorCodec(actuator, a.topic, a.encode,
                                          tuple(c.Reader(t, d) for t, d in a.readers), _qos(a.component.config))
-    metrics: set[str] = set()
+    # Metrics are unique among the actuator ids too: one state message reads both, and a reader may merge them.
     sensors: dict[str, c.SensorCodec] = {}
     for s in drafts.sens:
-        metric = _unique(s.wanted, metrics)
+        metric = _unique(s.wanted, taken)
         if len(sensors) == MAX_ITEMS:
             left.append(LeftOut(_what(s.component), f"a contract holds at most {MAX_ITEMS} sensors"))
             continue
