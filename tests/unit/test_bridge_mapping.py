@@ -468,3 +468,10 @@ def test_sensor_metrics_never_repeat_an_actuator_id() -> None:
     )))
     contract = valid(derived)
     assert [a.id for a in contract.actuators] == ["relay"] and [s.metric for s in contract.sensors] == ["relay_2"]
+
+
+def test_a_sensors_interval_comes_from_expire_after() -> None:
+    derived = derive(discovered(
+        ("sensor", {"state_topic": "t", "unit_of_measurement": "°C", "expire_after": 600}),
+        ("sensor", {"state_topic": "h", "unit_of_measurement": "%"})))
+    assert [s.interval_s for s in valid(derived).sensors] == [240, None]

@@ -31,6 +31,8 @@ from corral.contract.allowlist import ActionKind, ValueType
 from corral.contract.model import (
     DEVICE_ID_PATTERN,
     ENUM_VALUE_PATTERN,
+    SENSOR_MAX_INTERVAL_S,
+    SENSOR_MIN_INTERVAL_S,
     Actuator,
     ActuatorLevel,
     Contract,
@@ -863,7 +865,8 @@ def _build(discovered: Discovered, drafts: _Drafts, overrides: Mapping[str, str]
             continue
         try:
             sensor = Sensor(metric=metric, unit=s.unit, description=bounded(s.description, 512),
-                            range=Range(min=s.range[0], max=s.range[1]) if s.range else None)
+                            range=Range(min=s.range[0], max=s.range[1]) if s.range else None,
+                            interval_s=_interval(s.component.config))
         except ValidationError as err:
             left.append(LeftOut(_what(s.component), _first_error(err)))
             continue
@@ -883,6 +886,16 @@ def _build(discovered: Discovered, drafts: _Drafts, overrides: Mapping[str, str]
     left_out = tuple(LeftOut(bounded(x.what, 200), bounded(x.reason, 512)) for x in left)
     return Derived(contract, codec, topics, left_out,
                    {aid: rules[aid].why for aid in actuators}, unknown)
+
+
+def _interval(cfg: Mapping[str, Any]) -> float | None:
+    """A sensor's interval from Home Assistant's `expire_after` (seconds after which its reading is no longer
+    valid): a cited sample may be 2.5 intervals old (contract.freshness), so the interval is expire_after / 2.5.
+    Without it, none (the cluster's default applies)."""
+    expire = c.as_number(cfg.get("expire_after"))
+    if expire is None or expire <= 0:
+        return None
+    return min(max(round(expire / 2.5, 3), SENSOR_MIN_INTERVAL_S), SENSOR_MAX_INTERVAL_S)
 
 
 def _actuator(aid: str, a: _Act, rule: RiskRule) -> Actuator:
