@@ -23,7 +23,7 @@ from corral.bridge.mapping import FALLBACK_FW, Derived, Topics, derive, make_dev
 from corral.bridge.model import Component, DeviceInfo, DeviceKey, Discovered, LeftOut
 from corral.bridge.risk import risk_for
 from corral.contract.allowlist import ACTION_TYPES
-from corral.contract.model import ENUM_VALUE_PATTERN, IDENTIFIER_PATTERN, Contract
+from corral.contract.model import DEVICE_ID_PATTERN, ENUM_VALUE_PATTERN, IDENTIFIER_PATTERN, Contract
 from tests.z2m_devices import bridge_devices
 
 DEVICE = {"identifiers": ["node-1"], "name": "Living room node", "manufacturer": "Acme", "model": "N1",
@@ -241,6 +241,8 @@ def test_sensors_and_binary_sensors() -> None:
         ("sensor", {"name": "Last boot", "state_topic": "office/boot", "device_class": "timestamp"})))
     contract = valid(derived)
     assert [(s.metric, s.unit) for s in contract.sensors] == [("obj1", ""), ("obj0", "°C")]
+    assert [s.description for s in contract.sensors] == ["Motion: motion (true: on/detected)",
+                                                         "Temperature: temperature"]
     assert "timestamp" in left(derived)
 
 
@@ -475,3 +477,9 @@ def test_a_sensors_interval_comes_from_expire_after() -> None:
         ("sensor", {"state_topic": "t", "unit_of_measurement": "°C", "expire_after": 600}),
         ("sensor", {"state_topic": "h", "unit_of_measurement": "%"})))
     assert [s.interval_s for s in valid(derived).sensors] == [240, None]
+
+
+@given(st.text(max_size=30), st.text(max_size=300))
+def test_device_ids_are_always_dns_labels(source: str, identifier: str) -> None:
+    for kind in ("ha", "zigbee2mqtt"):
+        assert re.fullmatch(DEVICE_ID_PATTERN, make_device_id(f"{kind}:{source}", identifier))

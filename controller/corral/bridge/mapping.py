@@ -864,7 +864,8 @@ def _build(discovered: Discovered, drafts: _Drafts, overrides: Mapping[str, str]
             left.append(LeftOut(_what(s.component), f"a contract holds at most {MAX_ITEMS} sensors"))
             continue
         try:
-            sensor = Sensor(metric=metric, unit=s.unit, description=bounded(s.description, 512),
+            described = f"{s.name}: {s.description}" if s.description else s.name
+            sensor = Sensor(metric=metric, unit=s.unit, description=bounded(described, 512),
                             range=Range(min=s.range[0], max=s.range[1]) if s.range else None,
                             interval_s=_interval(s.component.config))
         except ValidationError as err:
