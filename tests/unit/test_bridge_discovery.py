@@ -187,6 +187,7 @@ def test_an_empty_payload_removes_what_the_topic_announced() -> None:
     catalog.update(*example("sensor_humidity"))
     key = DeviceKey("ha:bedroom01ae", "bedroom01ae")
     assert read_config("homeassistant/sensor/sensorBedroomT/config", b"").removed
+    assert read_config("homeassistant/sensor/sensorBedroomT/config", b"{}").removed  # as in Home Assistant
     assert catalog.update("homeassistant/sensor/sensorBedroomT/config", b"") == {key}
     [bedroom] = catalog.devices()
     assert [c.object_id for c in bedroom.components] == ["sensorBedroomH"]

@@ -10,7 +10,7 @@ What is read, following Home Assistant's own discovery code (homeassistant/compo
   each component's object id to its configuration with its `platform` (`p`); the device's `device`, `origin`
   and shared options (availability, state_topic, command_topic, qos, encoding) apply to every component that
   does not set them itself.
-- The payload is a JSON object; an empty payload removes what the topic announced.
+- The payload is a JSON object; an empty payload (or an empty object) removes what the topic announced.
 - Every abbreviated key is expanded (Home Assistant's list: ABBREVIATIONS, DEVICE_ABBREVIATIONS,
   ORIGIN_ABBREVIATIONS), also in availability entries and device-based components.
 - The base topic `~`: in a key ending in `topic` (and an availability entry's `topic`), a leading or trailing
@@ -447,6 +447,8 @@ def read_config(topic: str, payload: bytes, prefix: str = DEFAULT_PREFIX) -> Rea
         data = _decode(payload)
     except _Malformed as err:
         return _refused(topic, fallback, what, str(err))
+    if not data and where.component != DEVICE:
+        return Reading(topic, removed=True)  # Home Assistant: an empty object is an empty config, a removal
     try:
         if where.component == DEVICE:
             return _read_device(topic, where, data)
