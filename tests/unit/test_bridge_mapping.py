@@ -320,6 +320,8 @@ def test_hostile_text_ends_up_as_inert_data() -> None:
     ("switch", "state", {"device_class": "outlet"}, "high"),
     ("switch", "state", {}, "medium"),
     ("switch", "state", {"name": "Boiler"}, "high"),
+    ("switch", "state", {"name": "switch_heat_available"}, "high"),
+    ("select", "option", {"name": "Environment mode"}, "medium"),
     ("light", "brightness", {}, "low"),
     ("fan", "state", {}, "low"),
     ("number", "value", {}, "medium"),

@@ -22,7 +22,9 @@ _RANK: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 _RISKS: dict[str, Risk] = {"low": "low", "medium": "medium", "high": "high", "critical": "critical"}
 
 # Loads that heat or burn: a name or object id that says so makes a switch or outlet high (raising only).
-_HEAT_WORDS = re.compile(r"heat|boiler|oven|stove|kettle|iron|radiator|sauna|furnace|geyser", re.IGNORECASE)
+# A word starts after a non-letter (object ids join words with "_"), so "environment" is not an iron.
+_HEAT_WORDS = re.compile(r"(?<![a-z])(heat|boiler|oven|stove|kettle|iron|radiator|sauna|furnace|geyser)",
+                         re.IGNORECASE)
 
 HIGH_COVER_CLASSES = frozenset({"garage", "gate", "door"})
 LOW_COVER_CLASSES = frozenset({"blind", "shade", "curtain"})
