@@ -226,6 +226,50 @@ def test_the_rendered_arguments_are_ones_corral_accepts(helm: Helm, sets: tuple[
             command.make_context(args[0], localized(list(args[1:]), tmp_path))
 
 
+def test_the_bridge_renders_with_its_own_account_rights_and_arguments_corral_accepts(helm: Helm,
+                                                                                     tmp_path: Path) -> None:
+    """bridge.enabled: a restricted Deployment running `corral bridge run` with arguments it accepts, a Role in the
+    device namespace with exactly the bridge's rights, and its broker password made at run time by the controller's
+    init container (labelled for the controller's account keeping), which the controller may read back."""
+    refused = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", UNSIGNED,
+                   "--set", "bridge.enabled=true", check=False)
+    assert refused.returncode != 0 and "bridge.enabled needs the bundled broker" in refused.stderr
+    docs = render(helm, "bridge.enabled=true", "mosquitto.enabled=true", "networkPolicy.enabled=true",
+                  "controller.deviceNamespace=home")
+    pod = pod_of(docs, "bridge")
+    assert pod["serviceAccountName"] == f"{RELEASE}-bridge" and pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True and context["capabilities"]["drop"] == ["ALL"]
+    args = container["args"]
+    assert args[:2] == ["bridge", "run"] and options(args, "--namespace") == [HOME]
+    assert options(args, "--mqtt") == [f"mqtts://corral-bridge@{RELEASE}-mosquitto:8883"]
+    bridge_run = cli.commands["bridge"]
+    assert isinstance(bridge_run, click.Group)
+    bridge_run.commands["run"].make_context("run", localized(list(args[2:]), tmp_path))
+    role = find(docs, "Role", f"{RELEASE}-bridge")
+    assert role["metadata"]["namespace"] == HOME
+    assert role["rules"] == [
+        {"apiGroups": ["corral.dev"], "resources": ["discovereddevices"],
+         "verbs": ["get", "list", "watch", "create", "patch"]},
+        {"apiGroups": ["corral.dev"], "resources": ["devices"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]
+    binding = find(docs, "RoleBinding", f"{RELEASE}-bridge")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-bridge", "namespace": SYSTEM}]
+    init = next(c for c in pod_of(docs, "controller")["initContainers"] if c["name"] == "bridge-secret")
+    assert options(init["args"], "--password") == [f"{RELEASE}-bridge-broker/password"]
+    assert {"corral.dev/bridge=account", f"corral.dev/bridge-namespace={HOME}"} <= set(options(init["args"], "--label"))
+    ensure = cli.commands["secrets"]
+    assert isinstance(ensure, click.Group)
+    ensure.commands["ensure"].make_context("ensure", list(init["args"][2:]))
+    own = find(docs, "Role", f"{RELEASE}-controller-own-secrets")
+    assert f"{RELEASE}-bridge-broker" in own["rules"][1]["resourceNames"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "mqtt-password")
+    assert volume["secret"]["secretName"] == f"{RELEASE}-bridge-broker"
+    policy = find(docs, "NetworkPolicy", f"{RELEASE}-bridge")
+    assert policy["spec"]["ingress"] == []
+
+
 def test_the_default_install_requires_signed_contracts(helm: Helm) -> None:
     done = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, check=False)
     assert done.returncode != 0
