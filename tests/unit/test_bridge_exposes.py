@@ -312,6 +312,12 @@ def test_overlapping_friendly_names_leave_the_later_device_out() -> None:
     {"type": "numeric", "name": "x", "property": "x", "access": 7, "value_min": 10, "value_max": 1},
     {"type": "numeric", "name": "x", "property": "x", "access": 7, "value_step": 0},
     {"type": "numeric", "name": "x", "property": "x", "access": 7, "value_max": True},
+    {"type": "numeric", "name": "x", "property": "x", "access": 7, "value_min": 0, "value_max": 10**400},
+    {"type": "climate", "features": [{"type": "numeric", "name": "occupied_heating_setpoint", "access": 7,
+                                      "property": "occupied_heating_setpoint", "value_min": -(10**400),
+                                      "value_max": 30},
+                                     {"type": "numeric", "name": "local_temperature", "property": "local_temperature",
+                                      "access": 1}]},
     {"type": "enum", "name": "x", "property": "x", "access": 7, "values": []},
     {"type": "enum", "name": "x", "property": "x", "access": 7, "values": [{"a": 1}]},
     {"type": "enum", "name": "x", "property": "x", "access": 7, "values": ["v"] * 1000},
@@ -351,22 +357,22 @@ def test_a_repeated_ieee_address_is_read_once() -> None:
     assert [d.device.name for d in found] == ["a"]
 
 
-_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=12))
 _json = st.recursive(_scalar, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(st.text(max_size=10), inner, max_size=4)),
-                     max_leaves=20)
+                     max_leaves=8)
 _keys = st.sampled_from(["type", "name", "property", "access", "value_on", "value_off", "value_min", "value_max",
                          "value_step", "values", "features", "endpoint", "unit", "label", "category"])
 _expose = st.dictionaries(_keys, st.one_of(_json, st.sampled_from(
     ["light", "switch", "lock", "climate", "cover", "fan", "binary", "numeric", "enum", "text", "state",
      "brightness", "color_temp", "occupied_heating_setpoint", "local_temperature", "position", "mode", 1, 2, 3, 5, 7,
-     "ON", "OFF"])), max_size=10)
+     "ON", "OFF"])), max_size=8)
 _exposes = st.lists(st.one_of(_expose, st.builds(lambda f: {"type": "light", "features": f},
-                                                 st.lists(_expose, max_size=5)), _json), max_size=8)
+                                                 st.lists(_expose, max_size=4)), _json), max_size=5)
 
 
 @given(st.lists(st.one_of(st.builds(lambda x, n: entry(n, exposes=x), _exposes, st.text(max_size=12)), _json),
-                max_size=4))
+                max_size=3))
 def test_hostile_device_lists_never_crash(devices: list[Any]) -> None:
     try:
         found = read_devices(json.dumps(devices).encode())

@@ -59,6 +59,7 @@ MAX_FEATURES = 32  # per composite
 MAX_ENUM_VALUES = 128
 MAX_STRING = 256  # names, labels, units, enum values: longer ones are cut (the mapping sanitizes and caps again)
 MAX_NAME = 128  # friendly names and base topics, which become topic levels
+MAX_NUMBER = 1e15  # bounds, steps and values beyond this are not a device's
 
 _PROPERTY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _IEEE = re.compile(r"^0x[0-9a-fA-F]{16}$")
@@ -180,11 +181,12 @@ def _read_device(entry: dict[str, Any], key: DeviceKey, base: str, names: list[s
 
 
 def _number(value: object) -> float | int | None:
+    """A finite number of a size a device range can have (a 400-digit integer would overflow float())."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
+    return value if abs(value) <= MAX_NUMBER else None
 
 
 def _js_string(value: object) -> str:
