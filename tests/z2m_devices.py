@@ -9,9 +9,11 @@ the exposes are whatever the pinned package defines.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -68,3 +70,23 @@ def _run(pairs: tuple[tuple[str, str], ...]) -> bytes:
 def package_version() -> str:
     version: str = json.loads(PACKAGE.read_text())["version"]
     return version
+
+
+def changed(devices: list[dict[str, Any]], friendly: str, prop: str, **fields: Any) -> list[dict[str, Any]]:
+    """A copy of a device list in which the expose (or composite feature) `prop` of device `friendly` has these
+    fields changed, e.g. `changed(devices, "bulb", "color_temp", value_max=500)` for a wider range: what a newer
+    converter version or an edited external converter would announce."""
+    result = copy.deepcopy(devices)
+    entry = next(d for d in result if d.get("friendly_name") == friendly)
+    found = [e for e in _walk(entry["definition"]["exposes"]) if e.get("property") == prop]
+    if not found:
+        raise KeyError(f"{friendly} has no expose {prop}")
+    for expose in found:
+        expose.update(fields)
+    return result
+
+
+def _walk(exposes: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for expose in exposes:
+        yield expose
+        yield from _walk(expose.get("features") or [])

@@ -217,6 +217,15 @@ def test_a_settable_number_without_a_range_keeps_only_its_reading() -> None:
     assert "no value_min and value_max" in left_out(device)["numeric duration (setting it)"]
 
 
+def test_a_widened_definition_reads_as_a_wider_range() -> None:
+    # What a newer converter (or an edited external one) announces: the tests' way to re-announce wider.
+    wider = z2m_devices.changed(z2m_devices.device_list(), "bulb", "color_temp", value_min=153, value_max=500)
+    (bulb,) = [d for d in read_devices(json.dumps(wider).encode()) if d.device.name == "bulb"]
+    light = component(bulb, "light")
+    assert (light.config["min_mireds"], light.config["max_mireds"]) == (153, 500)
+    assert z2m_devices.device_list()[1]["definition"]["exposes"][0]["features"][2]["value_max"] == 454  # a copy
+
+
 # -- hand-made and hostile input --------------------------------------------------------------------------------------
 
 def entry(friendly: str = "lamp", exposes: list[Any] | None = None, **over: Any) -> dict[str, Any]:
