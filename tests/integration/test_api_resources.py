@@ -18,6 +18,7 @@ from corral.api import (
     AuditCheckpoint,
     Capability,
     Device,
+    DiscoveredDevice,
     Intent,
     Interlock,
     Rule,
@@ -227,9 +228,9 @@ def test_status_round_trips_through_the_status_subresource(
 
 def test_models_cover_every_kind() -> None:
     assert {k.kind_name for k in KINDS} == {"Device", "Capability", "Intent", "Approval", "AuditCheckpoint",
-                                            "Interlock", "ApprovalGrant", "AgentPause", "Rule"}
+                                            "Interlock", "ApprovalGrant", "AgentPause", "Rule", "DiscoveredDevice"}
     assert {Device, Capability, Intent, Approval, AuditCheckpoint, Interlock, ApprovalGrant, AgentPause,
-            Rule} == set(KINDS)
+            Rule, DiscoveredDevice} == set(KINDS)
 
 
 def test_the_readmes_kubectl_apply_works_after_the_demo_installed_the_api_and_before_it(
