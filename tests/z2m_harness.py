@@ -183,7 +183,10 @@ class Z2mResponder:
         with self._lock:
             for timer in self._timers:
                 timer.cancel()
-        self._publish("bridge/state", {"state": "offline"}, retain=True).wait_for_publish(5)
+        try:
+            self._publish("bridge/state", {"state": "offline"}, retain=True).wait_for_publish(5)
+        except (RuntimeError, ValueError):
+            pass  # not connected (the broker went first): its Last Will says offline instead
         self.client.disconnect()
         self.client.loop_stop()
 
