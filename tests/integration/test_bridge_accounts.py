@@ -32,7 +32,7 @@ from corral.contract.model import Contract
 from corral.devcluster.files import BROKER_CONTROLLER
 from corral.devcluster.plane import Plane
 from tests.controller_harness import ControllerProcess, device
-from tests.harness import fresh_namespace, wait_for
+from tests.harness import fresh_namespace, grant, wait_for
 from tests.mqtt5_harness import Account, client, granted, logs_in
 
 pytestmark = pytest.mark.integration
@@ -168,6 +168,23 @@ def test_a_native_device_still_needs_a_signature_and_a_changed_candidate_is_not_
              "the native device's account, and its unsigned contract published")
     refused = site.settled("native-lamp", "ContractValid", "False", "the native device's unsigned contract refused")
     assert "signature" in refused["message"]
+    # Only someone who may approve the Device may make it bridged (admission policy corral-device-bridge): an
+    # operator who may create and patch Devices cannot grant broker topics or stand in for a signature.
+    operator = grant(site.plane, site.admin, site.namespace, "operator", "[get, list, create, patch]", "[get]", "get")
+    sneaky = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Device", "metadata": {"name": "sneaky"},
+              "spec": {"deviceId": "sneaky", "bridge": {"source": "zigbee", "discovered": "sneaky",
+                                                        "acceptedContractHash": contract_hash(native),
+                                                        "topics": {"state": [f"{site.base}/sneaky"]}}}}
+
+    def refused() -> bool:
+        try:
+            kubernetes.client.CustomObjectsApi(operator).create_namespaced_custom_object(
+                GROUP, VERSION, site.namespace, "devices", sneaky, dry_run="All")
+        except kubernetes.client.ApiException as err:
+            return err.status == 403 and "corral-device-bridge" in err.body
+        return False
+
+    wait_for(refused, "a bridged Device refused to someone without the approve verb")
     # A candidate that changes between being shown and being accepted is not accepted.
     site.discovered("fan", bulb_contract("fan"))
     shown = bridging.candidate(site.admin, site.namespace, "fan")

@@ -13,7 +13,8 @@ their own Intent) the controller enforces.
 Accepting a Device's changed contract (`spec.acceptCapability`) trusts the device with more than before,
 so it needs the same right as approving one of its actions: the `approve` verb on that Device. Whoever
 may patch Devices (a person's `kubectl apply`) may not accept a contract with it unless they may approve.
-The same holds for a Device's `spec.freshness` (how old a cited reading may be).
+The same holds for a Device's `spec.freshness` (how old a cited reading may be) and `spec.bridge` (a bridged
+device's acceptance: the contract hash standing in for its signature, and its broker topics).
 
 An `ApprovalGrant` must list the values it covers or give a range (its Devices are checked by the CRD).
 
@@ -180,6 +181,18 @@ def _freshness_policy(name: str) -> list[dict[str, Any]]:
     return _policy(name, "devices", [(f"{unchanged} || {_MAY_APPROVE_DEVICE}", message)])
 
 
+def _bridge_policy(name: str) -> list[dict[str, Any]]:
+    """spec.bridge stands in for a firmware signature (the contract hash a person accepted) and grants broker topics
+    (docs/bridge.md): setting or changing it is accepting a device, so it needs the approve verb on the Device."""
+    unchanged = ("(!has(object.spec.bridge) && (oldObject == null || !has(oldObject.spec.bridge))) || "
+                 "(oldObject != null && has(object.spec.bridge) && has(oldObject.spec.bridge) && "
+                 "object.spec.bridge == oldObject.spec.bridge)")
+    message = ("'spec.bridge accepts a bridged device for devices/' + object.metadata.name + ' (its contract and "
+               "broker topics), which needs the approve verb on it (corral.dev); ' + request.userInfo.username + ' "
+               "does not have it. Ask an approver to run corral devices accept-discovered.'")
+    return _policy(name, "devices", [(f"{unchanged} || {_MAY_APPROVE_DEVICE}", message)])
+
+
 def _pause_policy(name: str) -> list[dict[str, Any]]:
     """Whoever pauses or resumes agents is named by the API server: spec.by is the writer's username on every
     create and update (a pause is rewritten by each person who resumes or pauses again)."""
@@ -258,6 +271,7 @@ def admission_policies() -> list[dict[str, Any]]:
         *_grant_bounds_policy("corral-grant-bounds"),
         *_accept_contract_policy("corral-device-accept-contract"),
         *_freshness_policy("corral-device-freshness"),
+        *_bridge_policy("corral-device-bridge"),
         *_pause_policy("corral-agents-pause-by"),
         *_rule_policy("corral-rule-writer"),
     ]
