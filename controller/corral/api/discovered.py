@@ -48,7 +48,9 @@ class LeftOutPart(KubeModel):
 class DiscoveredDeviceSpec(KubeModel):
     """What the bridge discovered and derived. Written by the bridge only."""
 
-    source: SourceName = Field(description="The bridged source (a `corral.dev/bridge-source` Secret's source name).")
+    source: SourceName = Field(description=(
+        "The source as discovery names it, made a DNS label: the Home Assistant discovery node id (ha) or the "
+        "zigbee2mqtt base topic. Accepting finds the registered source (corral bridge add-source) by it."))
     source_kind: Literal["ha", "zigbee2mqtt"] = Field(description="Its discovery format: ha (Home Assistant MQTT "
                                                                    "discovery) or zigbee2mqtt (exposes).")
     device_id: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = Field(

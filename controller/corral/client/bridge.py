@@ -180,7 +180,8 @@ def _source(api_client: kubernetes.client.ApiClient, namespace: str, discovered:
     core = kubernetes.client.CoreV1Api(api_client)
     for secret in core.list_namespaced_secret(namespace, label_selector=f"{BRIDGE_LABEL}=source").items:
         held = secret_of(api_client.sanitize_for_serialization(secret))
-        if isinstance(held, Source) and held.kind == discovered.spec.source_kind and held.node == discovered.spec.source:
+        if isinstance(held, Source) and held.kind == discovered.spec.source_kind and \
+                discovered.spec.source in (held.node, as_label(held.node)):
             outside = [t for t in discovered.spec.topics.all() if not held.owns(t)]
             if outside:
                 raise BridgeError(f"DiscoveredDevice {discovered.metadata.name} names topics outside its source's "
@@ -192,6 +193,13 @@ def _source(api_client: kubernetes.client.ApiClient, namespace: str, discovered:
     raise BridgeError(f"no source is registered in {namespace} for {discovered.spec.source_kind} "
                       f"{discovered.spec.source!r}: corral bridge add-source NAME --kind {discovered.spec.source_kind} "
                       f"{flag} {discovered.spec.source} -n {namespace}")
+
+
+def as_label(identity: str) -> str:
+    """A node id or base topic as the bridge names its source in a DiscoveredDevice (a DNS label; bridge/catalog.py
+    source_name): lower-cased, anything but ASCII letters and digits a '-'."""
+    cleaned = "".join(ch if ch.isalnum() and ch.isascii() else "-" for ch in identity.lower()).strip("-")[:63]
+    return cleaned.strip("-") or "source"
 
 
 def who_am_i(api_client: kubernetes.client.ApiClient) -> str:
