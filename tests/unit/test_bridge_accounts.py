@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
+
+from corral.client.bridge import BridgeError, as_label, parse_risks
 from corral.devices.accounts import plan_accounts
 from corral.devices.bridge_accounts import (
     BRIDGE_TYPE,
@@ -100,3 +103,11 @@ def test_secrets_are_read_and_malformed_ones_ignored() -> None:
     bridge = {"type": BRIDGE_TYPE, "metadata": meta, "data": {"password": b64("pw")}}
     assert secret_of(bridge) == BridgeCredential("home", "corral-bridge", "pw")
     assert secret_of({"type": "Opaque", "metadata": meta, "data": {"password": b64("pw")}}) is None
+
+
+def test_risk_overrides_and_source_names_as_accept_discovered_reads_them() -> None:
+    assert parse_risks(["light=high", "brightness=low"]) == {"light": "high", "brightness": "low"}
+    for wrong in ("light", "light=severe", "=high"):
+        with pytest.raises(BridgeError, match="ACTUATOR=LEVEL"):
+            parse_risks([wrong])
+    assert as_label("Living_Room/Node") == "living-room-node" and as_label("zigbee2mqtt") == "zigbee2mqtt"
