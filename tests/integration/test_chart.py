@@ -268,6 +268,10 @@ def test_the_bridge_renders_with_its_own_account_rights_and_arguments_corral_acc
     assert volume["secret"]["secretName"] == f"{RELEASE}-bridge-broker"
     policy = find(docs, "NetworkPolicy", f"{RELEASE}-bridge")
     assert policy["spec"]["ingress"] == []
+    # The controller reads the bridge's Secret in the release namespace, watched namespaces or not.
+    narrowed = render(helm, "bridge.enabled=true", "mosquitto.enabled=true", "controller.watchNamespaces={a}",
+                      "controller.deviceNamespace=home")
+    assert options(container_of(narrowed, "controller")["args"], "--watch-namespace") == ["a", HOME, SYSTEM]
 
 
 def test_the_default_install_requires_signed_contracts(helm: Helm) -> None:

@@ -66,11 +66,15 @@ app.kubernetes.io/component: {{ $component }}
 {{- .Values.controller.deviceNamespace | default .Release.Namespace }}
 {{- end }}
 
-{{/* JSON list of the namespaces the controller watches: [] for all, else watchNamespaces plus the device namespace. */}}
+{{/* JSON list of the namespaces the controller watches: [] for all, else watchNamespaces plus the device namespace
+(and, with bridge.enabled, the release namespace: the bridge's broker Secret is there). */}}
 {{- define "corral.watchNamespaces" -}}
 {{- $watched := list }}
 {{- if .Values.controller.watchNamespaces }}
 {{- $watched = concat .Values.controller.watchNamespaces (list (include "corral.deviceNamespace" .)) | uniq }}
+{{- if .Values.bridge.enabled }}
+{{- $watched = append $watched .Release.Namespace | uniq }}
+{{- end }}
 {{- end }}
 {{- toJson $watched }}
 {{- end }}
