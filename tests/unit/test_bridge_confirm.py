@@ -116,3 +116,16 @@ def test_malformed_and_stale_commands_execute_nothing() -> None:
     unknown = commands.receive(json.dumps({"id": "c-5", "cmd": "set_value", "params": {"actuator": "fan"}}).encode(),
                                _contract(), {})
     assert isinstance(unknown, Answer) and unknown.ack["error"] == 'unknown actuator "fan"; actuators: lamp_brightness'
+
+
+def test_a_value_the_device_did_not_confirm_is_not_published_again_until_it_reports() -> None:
+    commands = Commands()
+    assert isinstance(commands.receive(_cmd("c-6", 40), _contract(), {}), Execute)
+    commands.finish("c-6", False, "the device did not confirm lamp_brightness=40 within 5 s", {})
+    commands.not_confirmed("lamp_brightness", 40, "the device did not confirm lamp_brightness=40 within 5 s")
+    again = commands.receive(_cmd("c-7", 40), _contract(), {})  # the controller driving the same target again
+    assert isinstance(again, Answer) and again.ack["ok"] is False
+    assert "not published again" in str(again.ack["error"])
+    assert isinstance(commands.receive(_cmd("c-8", 41), _contract(), {}), Execute)  # another value is a new request
+    commands.heard("lamp_brightness")
+    assert isinstance(commands.receive(_cmd("c-9", 40), _contract(), {}), Execute)

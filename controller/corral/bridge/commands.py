@@ -1,8 +1,8 @@
 """Answering `iot/<id>/cmd` for one bridged device, as Corral's firmware does (docs/protocol.md): pure.
 
 `Commands.receive` reads a command and says what to do: answer at once (a malformed command, a repeated id, a
-stale epoch, `get_state`, a value the contract refuses) or publish the device's payload once and wait for the
-confirmation (bridge/confirm.py). It keeps the bounded store of recent acks a repeated id is answered from, and the
+stale epoch, `get_state`, a value the contract refuses, a value the device did not confirm and has not reported
+since) or publish the device's payload once and wait for the confirmation (bridge/confirm.py). It keeps the bounded store of recent acks a repeated id is answered from, and the
 highest epoch seen. No MQTT here: the runtime publishes what it is told.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.contract.model import Actuator, Contract
-from corral.contract.values import InvalidValue, Value, check, shown
+from corral.contract.values import InvalidValue, Value, check, same_value, shown
 
 # Recent command ids and their acks, per device (the firmware keeps a bounded number too).
 REMEMBERED = 64
@@ -41,7 +41,18 @@ class Commands:
     def __init__(self) -> None:
         self._acks: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._running: set[str] = set()
+        # actuator -> (value, why): a value the device did not confirm, not published again until it reports a state
+        self._unconfirmed: dict[str, tuple[Value, str]] = {}
         self.epoch = 0
+
+    def not_confirmed(self, actuator: str, value: Value, error: str) -> None:
+        """The device did not confirm actuator=value: another command for that value (the controller driving the
+        same target again, with a new id) is answered at once and not published, so the device gets it once."""
+        self._unconfirmed[actuator] = (value, error)
+
+    def heard(self, actuator: str) -> None:
+        """The device reported the actuator: it is there again, and a command for it is published again."""
+        self._unconfirmed.pop(actuator, None)
 
     def receive(self, payload: bytes, contract: Contract | None, state: dict[str, Value]) -> Answer | Execute | None:
         """What to do with one `cmd` message; None when its id is running already (its ack will come). An answer
@@ -101,6 +112,11 @@ class Commands:
         except InvalidValue as err:
             # No firmware of ours clamps behind the bridge: a value outside the contract never reaches the device.
             return Answer(self._ack(command_id, False, str(err), state))
+        unconfirmed = self._unconfirmed.get(actuator.id)
+        if unconfirmed is not None and same_value(unconfirmed[0], value):
+            return Answer(self._ack(command_id, False, (
+                f"{unconfirmed[1]}; not published again: the device has reported no {actuator.id} since (the "
+                "bridge publishes it again once the device reports a state)"), state))
         self._running.add(command_id)
         return Execute(command_id, actuator, value)
 

@@ -242,6 +242,8 @@ class Bridge:
         for actuator_id, value in readings.items():
             if actuator_id not in actuators:
                 continue
+            if not message.retained:
+                accepted.commands.heard(actuator_id)
             for command_id, (wait, _execute) in list(accepted.waiting.items()):
                 if wait.actuator == actuator_id and isinstance(
                         wait.on_state(value, message.retained, message.at), Confirmed):
@@ -282,12 +284,14 @@ class Bridge:
         entry = accepted.waiting.pop(command_id, None)
         if entry is None:
             return
-        wait, _ = entry
+        wait, execute = entry
         outcome = wait.on_timeout()
         if isinstance(outcome, Confirmed):
             ack = accepted.commands.finish(command_id, True, None, accepted.state, note=outcome.note)
         else:
             ack = accepted.commands.finish(command_id, False, outcome.error, accepted.state)
+            # Never published twice: the controller drives a target that stays set again, with a new id.
+            accepted.commands.not_confirmed(wait.actuator, execute.value, outcome.error)
         self._ack(accepted, ack)
 
     def _ack(self, accepted: Accepted, ack: dict[str, Any]) -> None:
