@@ -30,7 +30,8 @@ from corral.devices.link import BrokerAddress, TlsFiles
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 1.0  # a refused subscription or retained publish is tried again after this long
+RETRY_S = 1.0  # a refused subscription or retained publish is tried again after this long (at first)
+MAX_RETRY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class BridgeLink:
         # The broker grants a device's topics when the controller sees its Device, which may be just after the
         # bridge does: a refused subscription or retained publish (MQTT 5 reason 0x87) is tried again.
         self._asked: dict[int, list[str]] = {}  # subscribe mid -> its topics
+        self._backoff: dict[str, float] = {}  # a refused topic -> how long to wait before its next try
         self._retained: dict[int, tuple[str, bytes | str]] = {}  # publish mid -> (topic, payload), until acked
         self._latest: dict[str, bytes | str] = {}  # topic -> the retained payload last published there
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -159,9 +161,17 @@ class BridgeLink:
     def _subscribed(self, mid: int, failed: list[bool]) -> None:
         topics = self._asked.pop(mid, [])
         refused = [topic for topic, no in zip(topics, failed, strict=False) if no and topic in self._subscriptions]
+        for topic, no in zip(topics, failed, strict=False):
+            if not no:
+                self._backoff.pop(topic, None)
         if refused and self._loop is not None:
-            log.info("the broker refused the subscription to %s for now; trying again", ", ".join(refused))
-            self._loop.call_later(RETRY_S, lambda: self._subscribe(
+            # Soon at first (a grant on its way), then less and less often (a topic the account will never have).
+            delay = max(self._backoff.get(topic, RETRY_S) for topic in refused)
+            for topic in refused:
+                self._backoff[topic] = min(delay * 2, MAX_RETRY_S)
+            log.info("the broker refused the subscription to %s for now; trying again in %g s", ", ".join(refused),
+                     delay)
+            self._loop.call_later(delay, lambda: self._subscribe(
                 [topic for topic in refused if topic in self._subscriptions]))
 
     def _published(self, mid: int, failed: bool) -> None:
