@@ -218,7 +218,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
             if watcher_client is not None:
                 watcher_client.disconnect()
                 watcher_client.loop_stop()
-            if bridge is not None:
+            if bridge is not None and bridge.poll() is None:
                 bridge.terminate()
                 bridge.wait(15)
             controller.stop()
@@ -386,6 +386,37 @@ def test_a_wider_configuration_is_held_until_a_person_accepts_it(site: Site) -> 
                               env={"KUBECONFIG": str(site.plane.kubeconfig)})
     assert done.exit_code == 0, done.output
     wait_for(lambda: site.condition(name, "ContractAccepted").get("status") == "True", "the wider contract accepted")
+
+
+def test_a_value_the_device_already_has_is_published_once_and_ends_executed_without_an_echo(site: Site) -> None:
+    accepted = site.accept_all()
+    bolt = site.actuator("lock", "set_state")
+    wait_for(lambda: (device(site.admin, site.namespace, accepted["lock"]).get("status") or {}).get(
+        "reported", {}).get(bolt) is True, "the lock reported locked")
+    since = time.monotonic()
+    answer = asyncio.run(agent_call(site, "iot.control", control(accepted["lock"], bolt, "set_state", True)))
+    out = answer.structured_content
+    assert out["code"] == "EXECUTED", out
+    # ha-mqtt-discoverable publishes no unchanged state: the bridge waited out its timeout and said so.
+    assert site.watcher.on(site.lock.command_topic, since) == [b"LOCK"]
+    notes = [r.data for r in read_records(site.controller.audit_dir) if r.kind == "ack.received"
+             and r.subject == f"{site.namespace}/{accepted['lock']}"]
+    assert notes[-1]["ok"] is True and notes[-1]["state"] == {bolt: True}
+
+
+def test_availability_maps_to_online_and_the_bridges_death_makes_every_device_offline(site: Site) -> None:
+    accepted = site.accept_all()
+
+    def online(label: str) -> bool | None:
+        return bool((device(site.admin, site.namespace, accepted[label]).get("status") or {}).get("online"))
+
+    site.z2m.set_available("bulb", False)
+    wait_for(lambda: online("bulb") is False, "the bulb offline (zigbee2mqtt's availability)")
+    site.z2m.set_available("bulb", True)
+    wait_for(lambda: online("bulb") is True, "the bulb online again")
+    site.bridge.kill()  # SIGKILL: no goodbye; each device's presence connection leaves its Will
+    site.bridge.wait(10)
+    wait_for(lambda: not any(online(label) for label in accepted), "every bridged Device offline", timeout_s=15)
 
 
 def test_every_bridged_action_has_its_audit_records(site: Site) -> None:
