@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -195,6 +196,81 @@ class HaSensor:
 
     def close(self) -> None:
         _close(self.entity)
+
+
+EXAMPLES = Path(__file__).resolve().parent / "data" / "bridge" / "ha" / "examples.json"
+
+
+class DocumentedDevice:
+    """A fan or a climate device announcing Home Assistant's documented example configuration (fan.mqtt "Full
+    configuration" with presets; climate.mqtt with target temperature and modes, abbreviated keys; as kept in
+    tests/data/bridge/ha/examples.json), moved under its source's node id and topic root. It answers as the docs
+    describe a non-optimistic device: a command on a `*_command_topic` is applied and the new state published on the
+    matching state topic (the climate's shared JSON state topic with `mode`, `target_temp` and `current_temp`)."""
+
+    def __init__(self, source: SourceAccount, port: int, example: str) -> None:
+        self.responder = Responder(source.node)
+        documented = json.loads(EXAMPLES.read_text())[example]
+        old_root = {"fan_presets": "bedroom_fan", "climate_abbreviated": "homeassistant/climate/livingroom"}[example]
+        text = json.dumps(documented["payload"]).replace(f'"{old_root}/', f'"{source.root}/')
+        self.config: dict[str, Any] = json.loads(text)
+        self.config["unique_id"] = f"{source.node}-{example}"
+        self.config["device"] = {"identifiers": [f"{source.node}-id"], "name": source.node,
+                                 "manufacturer": "Home Assistant docs", "model": example, "sw_version": "1.0.0"}
+        component = documented["topic"].split("/")[1]
+        self.discovery_topic = f"homeassistant/{component}/{source.node}/{example}/config"
+        self.example = example
+        self.root = source.root
+        # command topic -> the state topic that shows it (fan), or the climate's JSON field
+        self.commands = self._commands()
+        self.state: dict[str, Any] = {"mode": "off", "target_temp": 20.0, "current_temp": 19.5}
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=source.username)
+        self.client.username_pw_set(source.username, source.password)
+        self.client.on_connect = lambda client, *_: (self.resubscribe(), self.resend())  # as a device on connect
+        self.client.on_message = self._command
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+        self.client.publish(self.discovery_topic, json.dumps(self.config), qos=1, retain=True).wait_for_publish(5)
+
+    def _commands(self) -> dict[str, str]:
+        config = self.config
+        if self.example == "fan_presets":
+            return {config[f"{kind}_command_topic"]: config[f"{kind}_state_topic"]
+                    for kind in ("preset_mode", "percentage", "oscillation", "direction")
+                    if f"{kind}_command_topic" in config} | {config["command_topic"]: config["state_topic"]}
+        return {config["mode_cmd_t"]: "mode", config["temp_cmd_t"]: "target_temp"}
+
+    def resubscribe(self) -> None:
+        self.client.subscribe([(topic, 1) for topic in self.commands])
+
+    def resend(self) -> None:
+        """Availability and state, as the device publishes them (dropped by the broker before its acceptance)."""
+        if self.example == "climate_abbreviated":
+            self.client.publish(self.config["avty_t"], "online", qos=1, retain=True)
+            self.client.publish(self.config["temp_stat_t"], json.dumps(self.state), qos=1)
+
+    def _command(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
+        payload = message.payload.decode()
+        if not self.responder.received(payload):
+            return
+        target = self.commands.get(message.topic)
+        if target is None:
+            return
+        if self.example == "fan_presets":
+            self.responder.state[target] = payload
+            self.client.publish(target, payload, qos=1)
+            return
+        self.state[target] = float(payload) if target == "target_temp" else payload
+        self.responder.state = dict(self.state)
+        self.client.publish(self.config["temp_stat_t"], json.dumps(self.state), qos=1)
+
+    @property
+    def command_topic(self) -> str:
+        return next(iter(self.commands))
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
 
 
 def resubscribe(entity: Any) -> None:

@@ -41,7 +41,7 @@ from corral.privatefile import write_private
 from tests.broker_harness import observer
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.gateway_harness import capabilities_readable, grant_agent, kubeconfig_for, stdio_client
-from tests.ha_harness import HaLight, HaLock, HaSensor, HaValve, SourceAccount, resubscribe
+from tests.ha_harness import DocumentedDevice, HaLight, HaLock, HaSensor, HaValve, SourceAccount, resubscribe
 from tests.harness import api_client, fresh_namespace, wait_for
 from tests.mqtt5_harness import Account, client, granted, logs_in
 from tests.z2m_devices import MODELS, bridge_devices
@@ -85,6 +85,8 @@ class Site:
     lock: HaLock
     valve: HaValve
     sensor: HaSensor
+    fan: DocumentedDevice
+    climate: DocumentedDevice
     z2m: Z2mResponder
     watcher: Watcher
     accepted: dict[str, str] = field(default_factory=dict)  # source -> Device name
@@ -107,15 +109,22 @@ class Site:
         # its next report (the first, before the grant, was dropped).
         self.z2m.resend("bulb")
         for source, name in self.accepted.items():
-            wait_for(functools.partial(self.ready, name), f"{source}'s Device bound to the accepted contract and online",
+            wait_for(functools.partial(self.bound, name), f"{source}'s Device bound to the accepted contract",
                      timeout_s=20)
         for entity in (self.light.entity, self.lock.entity, self.valve.entity):
             resubscribe(entity)
+        for documented in (self.fan, self.climate):
+            documented.resubscribe()
+        self.climate.resend()
+        for source, name in self.accepted.items():
+            wait_for(functools.partial(self.ready, name), f"{source}'s Device online", timeout_s=10)
         return self.accepted
 
+    def bound(self, name: str) -> bool:
+        return self.condition(name, "ContractAccepted").get("status") == "True"
+
     def ready(self, name: str) -> bool:
-        online = (device(self.admin, self.namespace, name).get("status") or {}).get("online") is True
-        return online and self.condition(name, "ContractAccepted").get("status") == "True"
+        return (device(self.admin, self.namespace, name).get("status") or {}).get("online") is True
 
     def all_discovered(self) -> dict[str, dict[str, Any]]:
         def every() -> dict[str, dict[str, Any]]:
@@ -162,7 +171,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
     prefix = f"br-{uuid.uuid4().hex[:6]}"
     tag = uuid.uuid4().hex[:4]
     with fresh_namespace(corral_api, "bridge") as namespace, capabilities_readable(corral_api, namespace, "agent"):
-        sources = {kind: add_ha_source(plane, namespace, f"{kind}-{tag}") for kind in ("lamp", "lock", "valve", "thermo")}
+        sources = {kind: add_ha_source(plane, namespace, f"{kind}-{tag}") for kind in ("lamp", "lock", "valve", "thermo", "fan", "clim")}
         z2m_base = f"z2m-{tag}"
         z2m_account = credentials(corral(plane, "bridge", "add-source", z2m_base, "--kind", "zigbee2mqtt",
                                          "--base-topic", z2m_base, "-n", namespace))
@@ -198,6 +207,10 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
             opened.append(valve)
             sensor = HaSensor(sources["thermo"], plane.mqtt_port)
             opened.append(sensor)
+            fan = DocumentedDevice(sources["fan"], plane.mqtt_port, "fan_presets")
+            opened.append(fan)
+            climate = DocumentedDevice(sources["clim"], plane.mqtt_port, "climate_abbreviated")
+            opened.append(climate)
             z2m = Z2mResponder(plane, z2m_account, z2m_base, bridge_devices(bulb=MODELS["bulb"])).start()
             opened.append(z2m)
             watcher = Watcher()
@@ -211,7 +224,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
                 watcher_client.subscribe(topic, qos=1)
             labels = {**{source.node: label for label, source in sources.items()}, z2m_base: "bulb"}
             yield Site(plane, corral_api, namespace, prefix, directory, controller, bridge, agent_config, sources,
-                       labels, light, lock, valve, sensor, z2m, watcher)
+                       labels, light, lock, valve, sensor, fan, climate, z2m, watcher)
         finally:
             for thing in opened:
                 thing.stop() if isinstance(thing, Z2mResponder) else thing.close()
@@ -273,6 +286,8 @@ def test_accepted_devices_are_controlled_by_an_agent_and_confirmed_by_their_own_
     bolt = site.actuator("lock", "set_state")
     water = site.actuator("valve", "set_state")
     bulb = site.actuator("bulb", "set_value", "brightness")
+    preset = site.actuator("fan", "set_mode", "preset")
+    target = site.actuator("clim", "set_value")
 
     async def scenario() -> list[dict[str, Any]]:
         async with stdio_client(site.agent_config) as agent:
@@ -283,15 +298,19 @@ def test_accepted_devices_are_controlled_by_an_agent_and_confirmed_by_their_own_
             for args in (control(accepted["lamp"], brightness, "set_value", 128),
                          control(accepted["lock"], bolt, "set_state", True),
                          control(accepted["valve"], water, "set_state", True),
-                         control(accepted["bulb"], bulb, "set_value", 200)):
+                         control(accepted["bulb"], bulb, "set_value", 200),
+                         control(accepted["fan"], preset, "set_mode", "eco"),
+                         control(accepted["clim"], target, "set_value", 21.5)):
                 answers.append((await agent.call_tool("iot.control", args)).structured_content)
             return answers
 
     answers = asyncio.run(scenario())
-    assert [a["code"] for a in answers] == ["EXECUTED"] * 4, [(a["code"], a["message"]) for a in answers]
+    assert [a["code"] for a in answers] == ["EXECUTED"] * 6, [(a["code"], a["message"]) for a in answers]
     assert site.light.responder.state == {"state": "ON", "brightness": 128}
     assert site.lock.responder.state == {"state": "LOCKED"}
     assert site.valve.responder.state == {"state": "open"}
+    assert site.fan.responder.state == {site.fan.config["preset_mode_state_topic"]: "eco"}
+    assert site.climate.responder.state["target_temp"] == 21.5
     # Each command went to its device once, as the device's own payload.
     assert [json.loads(p) for p in site.watcher.on(site.light.command_topic)] == [{"state": "ON", "brightness": 128}]
     assert site.watcher.on(site.lock.command_topic) == [b"LOCK"]
