@@ -103,7 +103,10 @@ class Site:
         found = self.all_discovered()
         for label in self.labels.values():
             name = found[label]["metadata"]["name"]
-            corral(self.plane, "devices", "accept-discovered", name, "-n", self.namespace, "--yes")
+            # The person raises the lamp's brightness to medium: the bridge announces the contract with it, and only
+            # that contract (its hash) binds.
+            risk = ["--risk", "lamp_brightness=medium"] if label == "lamp" else []
+            corral(self.plane, "devices", "accept-discovered", name, "-n", self.namespace, "--yes", *risk)
             self.accepted[label] = name
         # The broker now lets each source publish its device's state: zigbee2mqtt says it again, as it would on
         # its next report (the first, before the grant, was dropped).
@@ -282,6 +285,9 @@ def _token(site: Site) -> str:
 def test_accepted_devices_are_controlled_by_an_agent_and_confirmed_by_their_own_state(site: Site) -> None:
     accepted = site.accept_all()
     assert site.condition(accepted["lamp"], "Bridged").get("status") == "True"
+    lamp = device(site.admin, site.namespace, accepted["lamp"])
+    assert lamp["spec"]["bridge"]["risk"] == {"lamp_brightness": "medium"}
+    assert lamp["status"]["acceptedCapability"] == lamp["status"]["capability"]
     brightness = site.actuator("lamp", "set_value")
     bolt = site.actuator("lock", "set_state")
     water = site.actuator("valve", "set_state")
