@@ -16,6 +16,7 @@ from typing import Any
 
 from corral.api.base import ObjectMeta
 from corral.api.capability import CapabilitySpec
+from corral.api.codes import GROUP, VERSION
 from corral.api.discovered import BridgedTopics, DiscoveredDevice, DiscoveredDeviceSpec, LeftOutPart, contract_hash
 from corral.bridge.catalog import Bridged, source_kind, source_name
 from corral.bridge.model import Discovered
@@ -74,7 +75,7 @@ class Candidates:
                     await asyncio.sleep(1.0)
 
     async def _write(self, name: str, spec: DiscoveredDeviceSpec) -> None:
-        path = path_of("corral.dev", "v1alpha1", "discovereddevices", self.namespace, name)
+        path = path_of(GROUP, VERSION, "discovereddevices", self.namespace, name)
         wanted = spec.model_dump(mode="json", exclude_none=True)
         try:
             existing = await self.api.request("GET", path)

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.api.codes import GROUP, VERSION
 from corral.bridge.candidates import Candidates
 from corral.bridge.catalog import Bridged, Catalog, derive, device_id_for
 from corral.bridge.commands import Answer, Commands, Execute
@@ -31,8 +32,6 @@ from corral.devices.link import BrokerAddress, TlsFiles
 from corral.kube.client import ApiError, AsyncApi, path_of
 
 log = logging.getLogger(__name__)
-
-GROUP, VERSION = "corral.dev", "v1alpha1"
 
 
 @dataclass(frozen=True)
