@@ -53,6 +53,7 @@ class Accepted:
     discovered: str  # the DiscoveredDevice's name
     key: DeviceKey | None
     risk: dict[str, str]
+    granted: frozenset[str] = frozenset()  # the device's own topics a person accepted (spec.bridge.topics)
     bridged: Bridged | None = None
     announced: str | None = None  # the info payload last published (retained)
     state: dict[str, Value] = field(default_factory=dict)
@@ -166,17 +167,20 @@ class Bridge:
                 continue
             seen.add(device_id)
             risk = {str(k): str(v) for k, v in (bridge.get("risk") or {}).items()}
+            topics = bridge.get("topics") or {}
+            granted = frozenset(str(t) for kind in ("command", "state", "availability") for t in topics.get(kind) or [])
             accepted = self.accepted.get(device_id)
             if accepted is None:
                 accepted = Accepted(name=str((item.get("metadata") or {}).get("name")), device_id=device_id,
-                                    discovered=str(bridge.get("discovered") or ""), key=None, risk=risk)
+                                    discovered=str(bridge.get("discovered") or ""), key=None, risk=risk,
+                                    granted=granted)
                 self.accepted[device_id] = accepted
                 self.link.subscribe([f"{self.settings.prefix}/{device_id}/cmd"])
                 accepted.presence = Presence(self.address, self.tls, f"{self.link.client_id}.{device_id}",
                                              f"{self.settings.prefix}/{device_id}/status")
                 self._bind(accepted)
-            elif accepted.risk != risk:
-                accepted.risk = risk
+            elif accepted.risk != risk or accepted.granted != granted:
+                accepted.risk, accepted.granted = risk, granted
                 self._bind(accepted)
         for device_id in set(self.accepted) - seen:
             self._forget(self.accepted.pop(device_id))
@@ -189,7 +193,9 @@ class Bridge:
             return  # not discovered (yet): nothing to announce; commands are answered with no contract
         accepted.key = found.key
         accepted.bridged = derive(found, accepted.device_id, accepted.risk)
-        topics = [*accepted.bridged.topics.state, *accepted.bridged.topics.availability]
+        # Only what a person accepted: the broker grants exactly those (a topic discovery added since is not).
+        topics = [t for t in (*accepted.bridged.topics.state, *accepted.bridged.topics.availability)
+                  if t in accepted.granted]
         for topic in topics:
             self._by_topic[topic] = accepted.device_id
         self.link.subscribe(topics)
@@ -266,6 +272,13 @@ class Bridge:
             return
         if what is None or accepted.bridged is None:
             return
+        publishes = accepted.bridged.command(what.actuator.id, what.value)
+        outside = [topic for topic, _ in publishes if topic not in accepted.granted]
+        if outside:
+            error = (f"{what.actuator.id}'s command topic {', '.join(outside)} is not among the topics a person accepted "
+                     "for this device; nothing was published")
+            self._ack(accepted, accepted.commands.finish(what.id, False, error, accepted.state))
+            return
         key = accepted.key
         echoes = 1 if key is not None and self.catalog.optimistic(key) else 0
         published_at = time.monotonic()
@@ -274,7 +287,7 @@ class Bridge:
                             matches=accepted.bridged.matches(what.actuator.id))
         accepted.waiting[what.id] = (wait, what)
         # Once: the payload is never published again for this command id, whatever happens next.
-        for topic, body in accepted.bridged.command(what.actuator.id, what.value):
+        for topic, body in publishes:
             self.link.publish(topic, body, qos=1, retain=False)
         loop = asyncio.get_running_loop()
         loop.call_at(loop.time() + self.settings.confirm_timeout_s, self._finish, accepted, what.id)
