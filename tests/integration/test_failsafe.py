@@ -229,14 +229,14 @@ def test_after_a_failsafe_a_target_older_than_the_redrive_age_is_not_driven_unti
         site: Site) -> None:
     site.heater_on()
     applies_before = len(site.heater())
-    time.sleep(1.0)  # with the failsafe's 3 s, older than --redrive-max-age 3 once the controller is back
+    time.sleep(2.0)  # with the failsafe's 3 s, older than --redrive-max-age 4 once the controller is back
     site.beating()
     killed_at = time.monotonic()  # before: the broker may publish the Will before kill() has reaped the process
     site.controller.kill()
     fails_safe_after_its_delay(site, killed_at, applies_before)
     extra = site.controller.extra
-    # managedFields times have whole seconds: a target set anew looks up to 1 s old, well below 3 s.
-    site.controller.extra = (*extra, "--redrive-max-age", "3")
+    # managedFields times have whole seconds: a target set anew looks up to 1 s old, well below 4 s (it must be acted on within the 3 s left).
+    site.controller.extra = (*extra, "--redrive-max-age", "4")
     try:
         site.controller.start()
         failsafe = wait_for(lambda: site.condition("Failsafe").get("reason") == "TargetTooOld"

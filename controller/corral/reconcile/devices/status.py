@@ -199,11 +199,11 @@ def _held_conditions(observed: Observed, previous: DeviceStatus | None, verdict:
         wanted.append(Wanted("Leased", "False", "LeaseEnded", "No target is held for a lease.", generation))
     if observed.failsafe is not None:
         wanted.append(Wanted("Failsafe", "True", observed.failsafe[0], observed.failsafe[1], generation))
-    elif any(c.type == "Failsafe" and c.status == "True" for c in before):
+    elif any(c.type == "Failsafe" for c in before):  # once there, it stays (as Cleared)
         wanted.append(Wanted("Failsafe", "False", "Cleared", "No actuator sits at its failsafe value.", generation))
     if observed.max_on is not None:
         wanted.append(Wanted("OnTimeLimit", "True", observed.max_on[0], observed.max_on[1], generation))
-    elif any(c.type == "OnTimeLimit" and c.status == "True" for c in before):
+    elif any(c.type == "OnTimeLimit" for c in before):  # once there, it stays (as Cleared)
         wanted.append(Wanted("OnTimeLimit", "False", "Cleared",
                              "No actuator is reported switched off by its on-time limit since it was last set.",
                              generation))

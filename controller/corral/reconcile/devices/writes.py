@@ -65,6 +65,10 @@ class StatusWriter:
                interlocked: tuple[InterlockedTarget, ...] | None = None, lease_held: str | None = None
                ) -> DeviceStatus:
         """interlocked: the targets held now; None (not judged this time): those on record stay held."""
+        # Judged against the newest copy (our own last write is in the cache at once), not the one the caller
+        # read: a condition on record in between (Failsafe TargetTooOld) would otherwise be dropped, not cleared.
+        newest = self.devices.device(key_of_device(device)) if self.devices is not None else None
+        device = newest or device
         previous = recorded(device)
         if interlocked is None:
             interlocked = tuple(previous.interlocked_targets or ()) if previous is not None else ()
