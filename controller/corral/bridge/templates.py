@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -504,29 +504,17 @@ def _compile_command(text: str, variables: tuple[str, ...]) -> CommandTemplate |
         return _refusal(text, refused.what)
 
 
-def _command_parts(text: str, variables: tuple[str, ...]) -> tuple[Part, ...]:
-    top: list[Part] = []
-    section: list[Literal_ | Placeholder] | None = None
-    requires: tuple[str, ...] = ()
-    sections = placeholders = 0
+def _command_tokens(text: str) -> Iterator[tuple[str, str]]:
+    """The template as ("text", literal), ("{", placeholder) and ("%", tag) tokens, Jinja's whitespace control
+    (`{{-`, `-}}`) applied to the literals around them."""
     literal: list[str] = []
     strip_next = False
     i, n = 0, len(text)
-
-    def flush(strip_before: bool) -> None:
-        chunk = "".join(literal)
-        literal.clear()
-        if strip_before:
-            chunk = chunk.rstrip()
-        if chunk:
-            (section if section is not None else top).append(Literal_(chunk))
-
     while i < n:
         start = text.find("{", i)
         if start < 0 or start + 1 >= n:
             rest = text[i:]
             literal.append(rest.lstrip() if strip_next else rest)
-            strip_next = False
             break
         opener = text[start + 1]
         if opener not in "{%#":
@@ -539,22 +527,40 @@ def _command_parts(text: str, variables: tuple[str, ...]) -> tuple[Part, ...]:
         literal.append(chunk.lstrip() if strip_next else chunk)
         if opener == "#":
             raise _Refused("a comment {# #}")
-        closer = "}}" if opener == "{" else "%}"
-        end = text.find(closer, start + 2)
+        end = text.find("}}" if opener == "{" else "%}", start + 2)
         if end < 0:
             raise _Refused("an unterminated {{ or {%")
         inner = text[start + 2: end]
-        strip_before = inner.startswith("-")
-        strip_next = inner.endswith("-")
+        strip_before, strip_next = inner.startswith("-"), inner.endswith("-")
         inner = inner[1 if strip_before else 0: len(inner) - (1 if strip_next else 0)]
-        flush(strip_before)
-        if opener == "{":
+        chunk = "".join(literal)
+        literal.clear()
+        if strip_before:
+            chunk = chunk.rstrip()
+        if chunk:
+            yield "text", chunk
+        yield opener, inner
+        i = end + 2
+    chunk = "".join(literal)
+    if chunk:
+        yield "text", chunk
+
+
+def _command_parts(text: str, variables: tuple[str, ...]) -> tuple[Part, ...]:
+    top: list[Part] = []
+    section: list[Literal_ | Placeholder] | None = None
+    requires: tuple[str, ...] = ()
+    sections = placeholders = 0
+    for kind, content in _command_tokens(text):
+        if kind == "text":
+            (section if section is not None else top).append(Literal_(content))
+        elif kind == "{":
             placeholders += 1
             if placeholders > MAX_PLACEHOLDERS:
                 raise _Refused(f"more than {MAX_PLACEHOLDERS} placeholders")
-            (section if section is not None else top).append(_placeholder(inner, variables))
+            (section if section is not None else top).append(_placeholder(content, variables))
         else:
-            words = inner.split()
+            words = content.split()
             if words == ["endif"]:
                 if section is None:
                     raise _Refused("an endif without an if")
@@ -566,12 +572,10 @@ def _command_parts(text: str, variables: tuple[str, ...]) -> tuple[Part, ...]:
                 sections += 1
                 if sections > MAX_SECTIONS:
                     raise _Refused(f"more than {MAX_SECTIONS} sections")
-                requires = _section_head(inner, variables)
+                requires = _section_head(content, variables)
                 section = []
             else:
                 raise _Refused(f"the tag {{% {' '.join(words[:1])} %}}" if words else "an empty tag")
-        i = end + 2
     if section is not None:
         raise _Refused("an if without an endif")
-    flush(False)
     return tuple(top)
