@@ -273,11 +273,6 @@ class DocumentedDevice:
         self.client.loop_stop()
 
 
-def resubscribe(entity: Any) -> None:
-    """Subscribe to the command topic again (what the library does on every reconnect)."""
-    entity.mqtt_client.subscribe(entity._command_topic, qos=1)
-
-
 def _close(entity: Any) -> None:
     client: mqtt.Client = entity.mqtt_client
     client.disconnect()

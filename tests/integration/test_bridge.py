@@ -41,7 +41,7 @@ from corral.privatefile import write_private
 from tests.broker_harness import observer
 from tests.controller_harness import CORRAL, ControllerProcess, device
 from tests.gateway_harness import capabilities_readable, grant_agent, kubeconfig_for, stdio_client
-from tests.ha_harness import DocumentedDevice, HaLight, HaLock, HaSensor, HaValve, SourceAccount, resubscribe
+from tests.ha_harness import DocumentedDevice, HaLight, HaLock, HaSensor, HaValve, SourceAccount
 from tests.harness import api_client, fresh_namespace, wait_for
 from tests.mqtt5_harness import Account, client, granted, logs_in
 from tests.z2m_devices import MODELS, bridge_devices
@@ -114,10 +114,6 @@ class Site:
         for source, name in self.accepted.items():
             wait_for(functools.partial(self.bound, name), f"{source}'s Device bound to the accepted contract",
                      timeout_s=20)
-        for entity in (self.light.entity, self.lock.entity, self.valve.entity):
-            resubscribe(entity)
-        for documented in (self.fan, self.climate):
-            documented.resubscribe()
         self.climate.resend()
         for source, name in self.accepted.items():
             wait_for(functools.partial(self.ready, name), f"{source}'s Device online", timeout_s=10)

@@ -39,7 +39,7 @@ def test_a_source_publishes_its_discovery_always_and_its_accepted_state_only() -
     assert rules(before.accounts["source.home.porch"]) == {
         ("publishClientSend", "homeassistant/+/porch-node/+/config"),
         ("publishClientSend", "homeassistant/+/porch-node/config"),
-        ("subscribePattern", "homeassistant/status")}
+        ("subscribePattern", "homeassistant/status"), ("subscribePattern", "porch-node/#")}
     after = plan_bridge_accounts(TOPICS, [Z2M, NODE], [BRIDGE], [BULB])
     assert {("publishClientSend", "zigbee2mqtt/bulb"), ("publishClientSend", "zigbee2mqtt/bulb/availability")} <= \
         rules(after.accounts["source.home.z2m"])

@@ -194,9 +194,12 @@ def plan_bridge_accounts(topics: Topics, sources: Iterable[Source], bridges: Ite
         accepted = grants.get((namespace, name), [])
         publishes = [*source.discovery(), *(t for d in accepted for t in (*d.state, *d.availability))]
         # It hears its own commands: zigbee2mqtt subscribes its whole base topic (it reads only `.../set`), a
-        # discovery node its accepted command topics and Home Assistant's birth message.
+        # discovery node its whole topic root and Home Assistant's birth message. Both subscribe once, when they
+        # connect, before anything is accepted: a subscription granted only at acceptance would have been refused
+        # then, and a device does not subscribe again by itself. Hearing is harmless: only the bridge may publish
+        # commands there, and only accepted ones.
         listens = [f"{source.node}/#"] if source.kind == "zigbee2mqtt" else [
-            f"{source.discovery_prefix}/status", *(t for d in accepted for t in d.command)]
+            f"{source.discovery_prefix}/status", f"{source.root}/#"]
         accounts[source.username] = Account(source.username, source.password, not source.revoked,
                                             _unique([*map(_pub, publishes), *map(_sub, listens)]))
     for bridge in sorted(bridges, key=lambda b: (b.namespace, b.username)):
