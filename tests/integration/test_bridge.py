@@ -281,6 +281,14 @@ def _token(site: Site) -> str:
 def test_accepted_devices_are_controlled_by_an_agent_and_confirmed_by_their_own_state(site: Site) -> None:
     accepted = site.accept_all()
     assert site.condition(accepted["lamp"], "Bridged").get("status") == "True"
+    # What a source offers and the bridge could not map is named in the Device's status, as the person accepted it.
+    with_left_out = {label: found["spec"]["leftOut"] for label, found in site.discovered().items()
+                     if found["spec"].get("leftOut") and label in accepted}
+    assert with_left_out, "some discovered device leaves something out (else this proves nothing)"
+    for label, parts in with_left_out.items():
+        bridged = wait_for(lambda label=label: site.condition(accepted[label], "Bridged").get("message"),
+                           f"{label}'s Bridged condition")
+        assert "left out (not offered)" in bridged and parts[0]["what"] in bridged, bridged
     lamp = device(site.admin, site.namespace, accepted["lamp"])
     assert lamp["spec"]["bridge"]["risk"] == {"lamp_brightness": "medium"}
     assert lamp["status"]["acceptedCapability"] == lamp["status"]["capability"]

@@ -66,6 +66,10 @@ class BridgeBinding(KubeModel):
         default=None, description=("A person's risk per actuator, over the bridge's mapping by component and device "
                                    "class; the bridge announces the contract with it. A lowered risk is a widening "
                                    "and is held until accepted."))
+    left_out: Annotated[list[Text512], Field(max_length=32)] = Field(
+        default_factory=list,
+        description=("What the bridge discovered and could not offer (\"what: why\"), as the person saw it when "
+                     "accepting; the Device's condition Bridged names it."))
     topics: BridgedTopics = Field(
         default_factory=BridgedTopics,
         description=("The device's own topics at its source, as accepted: the controller grants the source's account "

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.api.discovered import DiscoveredDevice, contract_hash
 from corral.contract.model import Contract, Risk
+from corral.contract.text import bounded
 from corral.contract.trust import RISKS, with_risk
 from corral.devices.bridge_accounts import (
     BRIDGE_LABEL,
@@ -232,6 +233,8 @@ def accept_discovered(api_client: kubernetes.client.ApiClient, namespace: str, s
                               "acceptedBy": by, "topics": spec.topics.model_dump(mode="json", by_alias=True)}
     if shown.overrides:
         bridge["risk"] = shown.overrides
+    if spec.left_out:
+        bridge["leftOut"] = [bounded(f"{part.what}: {part.reason}", 512) for part in spec.left_out[:32]]
     device = {"apiVersion": API_VERSION, "kind": "Device",
               "metadata": {"name": device_name, "labels": {DISCOVERED_LABEL: name,
                                                           "corral.dev/device-type": spec.source_kind}},

@@ -15,7 +15,7 @@ No clock of its own and no I/O: the reconciler passes the time in.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -112,10 +112,14 @@ def sync_verdict(result: Plan | None, online: bool, failures: int) -> Verdict:
     return Verdict(True, "InSync", "Reported state matches the target.")
 
 
-def bridged_words(source: str) -> str:
-    """What a bridged Device's condition Bridged says: whom it speaks through, and what differs from a native one."""
-    return (f"bridged from {source}; a person's acceptance stands in for the firmware signature; no device-side "
-            "clamp: the bridge validates and clamps")
+def bridged_words(source: str, left_out: Sequence[str] = ()) -> str:
+    """What a bridged Device's condition Bridged says: whom it speaks through, what differs from a native one, and
+    what its source offers that the bridge could not map (the device's own words, quoted as data)."""
+    words = (f"bridged from {source}; a person's acceptance stands in for the firmware signature; no device-side "
+             "clamp: the bridge validates and clamps")
+    if left_out:
+        words += "; left out (not offered): " + "; ".join(json.dumps(part, ensure_ascii=False) for part in left_out)
+    return words
 
 
 def device_status(observed: Observed, previous: DeviceStatus | None, now: datetime) -> DeviceStatus:

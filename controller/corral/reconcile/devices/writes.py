@@ -97,7 +97,8 @@ class StatusWriter:
             failsafe=self.failsafes.condition(rt, device) if accepted else None,
             max_on=self.limits.condition(rt, device) if accepted else None,
             lease_held=lease_held,
-            bridged=bridged_words(device.spec.bridge.source) if device.spec.bridge is not None else None,
+            bridged=(bridged_words(device.spec.bridge.source, device.spec.bridge.left_out)
+                     if device.spec.bridge is not None else None),
         )
         return device_status(observed, previous, now())
 
