@@ -216,14 +216,20 @@ def _needs_state(comp: Component, topic: str | None, what: str) -> str:
     return topic
 
 
+def _command_and_state(comp: Component, what: str) -> tuple[str, str]:
+    """Its command topic and the state topic that reports `what`: without either it is left out (nothing could be
+    set, or a command could never be confirmed)."""
+    cmd = _topic(comp.config, "command_topic")
+    if cmd is None:
+        raise _Out("it has no command_topic: nothing can be set")
+    return cmd, _needs_state(comp, _topic(comp.config, "state_topic"), what)
+
+
 # ---- the components ----------------------------------------------------------------------------------------
 
 def _switch(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     on, off = _s(cfg, "payload_on", "ON"), _s(cfg, "payload_off", "OFF")
     tpl = _template(cfg, "value_template")
     table = _bool_table(_s(cfg, "state_on", on), _s(cfg, "state_off", off))
@@ -242,10 +248,7 @@ def _bool_encoder(template: str | None, on: str | None, off: str | None) -> Call
 
 def _lock(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     lock, unlock = _s(cfg, "payload_lock", "LOCK"), _s(cfg, "payload_unlock", "UNLOCK")
     tpl = _template(cfg, "value_template")
     table = _bool_table(_s(cfg, "state_locked", "LOCKED"), _s(cfg, "state_unlocked", "UNLOCKED"))
@@ -264,10 +267,7 @@ def _valve(comp: Component, out: _Drafts) -> None:
     if cfg.get("reports_position"):
         _valve_position(comp, out)
         return
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     opened, closed = _s(cfg, "payload_open", "OPEN"), _s(cfg, "payload_close", "CLOSE")
     tpl = _template(cfg, "value_template")
     table = _bool_table(_s(cfg, "state_open", "open"), _s(cfg, "state_closed", "closed"))
@@ -295,10 +295,7 @@ def _percent_scale(cfg: Mapping[str, Any]) -> tuple[Callable[[float], float], Ca
 
 def _valve_position(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "position")
+    cmd, state = _command_and_state(comp, "position")
     to_device, to_percent = _percent_scale(cfg)
     ctpl = _template(cfg, "command_template", {"value": 50})
     tpl = _template(cfg, "value_template")
@@ -351,10 +348,7 @@ def _cover(comp: Component, out: _Drafts) -> None:
 
 def _number(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "value")
+    cmd, state = _command_and_state(comp, "value")
     low, high, step = _n(cfg, "min", 1), _n(cfg, "max", 100), _n(cfg, "step", 1)
     ctpl = _template(cfg, "command_template", {"value": low})
     tpl = _template(cfg, "value_template")
@@ -366,10 +360,7 @@ def _number(comp: Component, out: _Drafts) -> None:
 
 def _select(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "option")
+    cmd, state = _command_and_state(comp, "option")
     values, to_device, from_device = _enum(comp, out, cfg.get("options"), "options")
     ctpl = _template(cfg, "command_template", {"value": "x"})
     tpl = _template(cfg, "value_template")
@@ -389,10 +380,7 @@ def _enum_encoder(template: str | None, to_device: Mapping[str, str]) -> Callabl
 def _fan(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     base = _slug(comp.object_id)
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     on, off = _s(cfg, "payload_on", "ON"), _s(cfg, "payload_off", "OFF")
     ctpl = _template(cfg, "command_template", {"value": "ON"})
     tpl = _template(cfg, "state_value_template")
@@ -474,10 +462,7 @@ def _ct(cfg: Mapping[str, Any]) -> tuple[float, float, str]:
 def _light_default(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     base = _slug(comp.object_id)
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     on, off = _s(cfg, "payload_on", "ON"), _s(cfg, "payload_off", "OFF")
     tpl = _template(cfg, "state_value_template")
     out.acts.append(_Act(base, comp, "state", _name(comp), "bool", "set_state", cmd, _bool_encoder(None, on, off),
@@ -514,10 +499,7 @@ def _light_default(comp: Component, out: _Drafts) -> None:
 def _light_json(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     base = _slug(comp.object_id)
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     table = _bool_table("ON", "OFF")
 
     def state_of(value: object) -> Value | None:
@@ -559,10 +541,7 @@ def _light_json(comp: Component, out: _Drafts) -> None:
 def _light_template(comp: Component, out: _Drafts) -> None:
     cfg = comp.config
     base = _slug(comp.object_id)
-    cmd = _topic(cfg, "command_topic")
-    if cmd is None:
-        raise _Out("it has no command_topic: nothing can be set")
-    state = _needs_state(comp, _topic(cfg, "state_topic"), "state")
+    cmd, state = _command_and_state(comp, "state")
     probe = {"state": "on", "brightness": 1, "color_temp": 153}
     on_tpl = _template(cfg, "command_on_template", probe, LIGHT_VARIABLES)
     off_tpl = _template(cfg, "command_off_template", {"state": "off"}, LIGHT_VARIABLES)
