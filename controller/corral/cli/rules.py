@@ -1,9 +1,10 @@
 """`corral rules`: Rules as people govern them: list, show (with the diff against the kept revision), accept an
 agent's revision, restore the previous one, and pause or resume every Rule of a namespace.
 
-Accepting writes the annotation corral.dev/accepted = "<generation>:<your username>" with the resourceVersion you
-read, so you accept exactly the revision you were shown (the API server checks the value and your `approve` verb on
-the Rule). The Rules' switch is the AgentPause named `rules` (api/pause.py RULES_PAUSE_NAME): the agents' switch
+Accepting writes the annotation corral.dev/accepted = "<generation>:<your username>" for the revision you were shown;
+the API server admits it only while that is the Rule's current generation, and only with your `approve` verb on the
+Rule, so an edit in between is refused. (No resourceVersion precondition: the controller's status writes change it
+every few seconds, and they do not change what you accept.) The Rules' switch is the AgentPause named `rules` (api/pause.py RULES_PAUSE_NAME): the agents' switch
 does not stop a person's Rules, this one stops all of them.
 """
 
@@ -111,20 +112,20 @@ def show(client: kubernetes.client.ApiClient, namespace: str, name: str) -> None
 def accept(client: kubernetes.client.ApiClient, namespace: str, name: str, generation: int | None) -> None:
     """Accept NAME's current revision in your name: an agent's revision acts only once a person accepts it."""
     me = identity(client)
-    body, rule = _rule(client, namespace, name)
+    rule = _rule(client, namespace, name)[1]
     current = rule.metadata.generation or 0
     if generation is not None and generation != current:
         raise click.ClickException(f"Rule {name} is at revision {current}, not {generation}: it changed since you "
                                    "looked; read it again (corral rules show)")
     value = accepted_value(current, me.username)
-    patch = {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"],
-                          "annotations": {ACCEPTED_ANNOTATION: value}}}
+    patch = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: value}}}
     try:
         _objects(client).patch_namespaced_custom_object(GROUP, VERSION, namespace, "rules", name, patch)
     except kubernetes.client.ApiException as err:
-        if err.status == 409:
-            raise click.ClickException(f"Rule {name} changed while you accepted it; read it again (corral rules show) "
-                                       "and accept what you see") from None
+        now = _rule(client, namespace, name)[1].metadata.generation
+        if now != current:
+            raise click.ClickException(f"Rule {name} changed while you accepted it (revision {current} is now {now}); "
+                                       "read it again (corral rules show) and accept what you see") from None
         raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}") from None
     click.echo(f"{name}: revision {current} by {rule.spec.author} accepted by {me.username}; it acts as "
                f"{rule.spec.service_account_name}: {written_text(rule.spec.reason)}")
