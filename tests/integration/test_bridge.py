@@ -181,7 +181,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
         agent_config = kubeconfig_for(plane, agent_token, directory / "agent.kubeconfig", namespace)
         controller = ControllerProcess(plane, namespace, prefix, directory / "controller.log", "--command-timeout",
                                        str(CONFIRM_S + 4), "--approvals", "medium=0", "--approvals", "high=0",
-                                       "--approvals", "critical=0")
+                                       "--approvals", "critical=0", "--bridge-namespace", namespace)
         controller.start()
         opened: list[Any] = []
         watcher_client: mqtt.Client | None = None
@@ -431,6 +431,60 @@ def test_a_value_the_device_already_has_is_published_once_and_ends_executed_with
     notes = [r.data for r in read_records(site.controller.audit_dir) if r.kind == "ack.received"
              and r.subject == f"{site.namespace}/{accepted['lock']}"]
     assert notes[-1]["ok"] is True and notes[-1]["state"] == {bolt: True}
+
+
+def candidate_of(site: Site, source: str, name: str) -> dict[str, Any]:
+    """The DiscoveredDevice of `source`'s device named `name` ({} until the bridge wrote it)."""
+    items = kubernetes.client.CustomObjectsApi(site.admin).list_namespaced_custom_object(
+        GROUP, VERSION, site.namespace, "discovereddevices")["items"]
+    return next((i for i in items if i["spec"]["source"] == source and i["spec"]["contract"]["name"] == name), {})
+
+
+def test_a_source_cannot_offer_a_light_on_another_sources_lock_and_its_own_light_is_offered(site: Site) -> None:
+    """Issue 41, finding 7. The attack: the lamp's source announces a "light" on a topic without a node id, whose
+    payload claims the lock's source (its device identifiers) and whose command topic is the lock's, with
+    `payload_on: UNLOCK`. Before, the candidate was the lock source's, under its root: a person accepting a
+    low-risk light gave an agent's "on" the door."""
+    accepted = site.accept_all()
+    lamp, lock = site.sources["lamp"], site.sources["lock"]
+    trap = {"name": "trap", "cmd_t": site.lock.command_topic, "stat_t": site.lock.entity.state_topic, "pl_on": "UNLOCK",
+            "pl_off": "LOCK", "dev": {"ids": [lock.node], "name": "trap"}}
+    own = {"name": "desk", "cmd_t": f"{lamp.root}/desk/set", "stat_t": f"{lamp.root}/desk/state",
+           "dev": {"ids": ["desk-id"], "name": "desk"}}
+    # On the lamp source's own connection (its client id is its username: another would take its session over).
+    for topic, config in ((f"homeassistant/light/{lamp.node}/config", trap),
+                          (f"homeassistant/light/{lamp.node}/desk/config", own)):
+        site.light.entity.mqtt_client.publish(topic, json.dumps(config), qos=1, retain=True).wait_for_publish(5)
+    # The candidate is the lamp source's (the topic's publisher), and the light on the lock's topic is left out.
+    offered = wait_for(lambda: candidate_of(site, lamp.node, "trap"), f"the trap's candidate ({site.directory})")
+    assert not offered["spec"]["contract"]["actuators"], offered["spec"]
+    reason = " ".join(part["reason"] for part in offered["spec"]["leftOut"])
+    assert f"is already accepted for Device {accepted['lock']}" in reason, reason
+    assert not candidate_of(site, lock.node, "trap"), "a candidate claims the lock's source"
+    assert "left out of the candidate" in (site.directory / "bridge.log").read_text()
+    # Positive control: the lamp source's own light is offered, with its actuator, and accepted binds.
+    desk = wait_for(lambda: candidate_of(site, lamp.node, "desk"), "the desk light's candidate")
+    assert [a["action"] for a in desk["spec"]["contract"]["actuators"]] == ["set_state"]
+    corral(site.plane, "devices", "accept-discovered", desk["metadata"]["name"], "-n", site.namespace, "--yes")
+    wait_for(lambda: site.bound(desk["metadata"]["name"]), "the desk light bound to its accepted contract")
+
+
+def test_a_state_with_a_400_digit_number_is_no_value_and_the_next_state_still_reads(site: Site) -> None:
+    """Issue 41, finding 12: a 400-digit number escaped the template's error handling as OverflowError, one
+    traceback per message in the bridge's log."""
+    site.accept_all()
+    state, device_id = site.climate.config["temp_stat_t"], site.device_id("clim")
+    with client(site.plane.mqtt_port, Account(*observer(site.plane, "bridge-telemetry"))) as heard:
+        assert granted(heard.connect())
+        assert granted(heard.subscribe(f"{site.prefix}/{device_id}/telemetry"))
+        for current in (int("9" * 400), -int("9" * 400), 23.25):
+            body = json.dumps({**site.climate.state, "current_temp": current})
+            site.climate.client.publish(state, body, qos=1).wait_for_publish(5)
+        said = wait_for(lambda: [m.payload for m in heard.received if b"23.25" in m.payload],
+                        "the climate's next reading in its telemetry")
+    assert all(b"999999" not in m.payload and b"Infinity" not in m.payload for m in heard.received), said
+    log = (site.directory / "bridge.log").read_text()
+    assert "Traceback" not in log and "OverflowError" not in log, log[-2000:]
 
 
 def test_availability_maps_to_online_and_the_bridges_death_makes_every_device_offline(site: Site) -> None:

@@ -4,6 +4,10 @@ A person accepts candidates the bridge wrote (`corral devices accept-discovered`
 signed contracts here, binds a bridged Device's unsigned contract only with the hash the person accepted, and keeps
 the broker accounts of the source and the bridge so that only the source can publish an accepted device's state,
 and nothing of a device nobody accepted. The bridge itself is played by the test with the bridge's own account.
+
+Issue 41, finding 3: bridge and source Secrets are read only from the namespaces the controller is told
+(`--bridge-namespace`, here the site's); a Secret elsewhere, or one naming the controller's broker account, or a
+source whose topic root is Corral's own device topics, makes nothing, and a Warning Event on it says why.
 """
 
 from __future__ import annotations
@@ -29,10 +33,21 @@ from corral.cli.main import cli
 from corral.client import bridge as bridging
 from corral.client.enroll import enroll
 from corral.contract.model import Contract
-from corral.devcluster.files import BROKER_CONTROLLER
+from corral.devcluster.files import LOCAL_CONTROLLER_REPLICAS
 from corral.devcluster.plane import Plane
-from tests.controller_harness import ControllerProcess, device
-from tests.harness import fresh_namespace, grant, wait_for
+from corral.devcluster.processes import free_port
+from corral.devices.bridge_accounts import BRIDGE_LABEL, BRIDGE_TYPE, SOURCE_TYPE
+from tests.controller_harness import ControllerProcess, device, events
+from tests.harness import (
+    api_client,
+    apply_yaml,
+    fresh_namespace,
+    grant,
+    scrape,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
 from tests.mqtt5_harness import Account, client, granted, logs_in
 
 pytestmark = pytest.mark.integration
@@ -67,6 +82,10 @@ class Site:
     source: Account
     bridge: Account
     other_source: Account
+    elsewhere: str  # a watched namespace where bridge Secrets are not read
+    controller: ControllerProcess
+    username: str  # the controller's broker account
+    metrics_port: int
 
     def discovered(self, name: str, contract: Contract) -> None:
         """What the bridge writes (server-side apply as corral-bridge)."""
@@ -103,7 +122,8 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
     directory: Path = tmp_path_factory.mktemp("bridge")
     tag = uuid.uuid4().hex[:6]
     prefix, base = f"bridged-{tag}", f"z2m-{tag}"
-    with fresh_namespace(corral_api, "bridge-accounts") as namespace:
+    with fresh_namespace(corral_api, "bridge-accounts") as namespace, \
+            fresh_namespace(corral_api, "bridge-elsewhere") as elsewhere:
         # Signatures required: a native device's contract must be signed; a bridged one stands on its acceptance.
         public = Ed25519PrivateKey.generate().public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -112,12 +132,17 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient,
         source = Account(*bridging.add_source(corral_api, namespace, "zigbee", "zigbee2mqtt", base))
         other = Account(*bridging.add_source(corral_api, namespace, "porch", "ha", f"porch-{tag}"))
         bridge = Account(*bridging.add_account(corral_api, namespace, f"bridge-{tag}"))
-        controller = ControllerProcess(plane, namespace, prefix, directory / "controller.log",
-                                       *plane.mqtt_args_as(BROKER_CONTROLLER), "--require-signatures",
-                                       "--signing-keys", f"{namespace}/signing-keys")
+        # Its own broker account (a replica's, as the chart's `<release>-controller-N`); it watches a second namespace
+        # but reads bridge Secrets only from the site's.
+        username, metrics_port = LOCAL_CONTROLLER_REPLICAS[0], free_port()
+        controller = ControllerProcess(plane, namespace, prefix, directory / "controller.log", "--require-signatures",
+                                       "--signing-keys", f"{namespace}/signing-keys", "--watch-namespace", elsewhere,
+                                       "--bridge-namespace", namespace, "--metrics-port", str(metrics_port),
+                                       username=username)
         try:
             controller.start()
-            site = Site(plane, corral_api, namespace, prefix, base, source, bridge, other)
+            site = Site(plane, corral_api, namespace, prefix, base, source, bridge, other, elsewhere, controller,
+                        username, metrics_port)
             wait_for(lambda: all(logs_in(plane.mqtt_port, a) for a in (source, bridge, other)),
                      f"the sources' and the bridge's broker accounts (log: {directory})", timeout_s=20)
             yield site
@@ -217,3 +242,104 @@ def test_only_the_source_may_publish_an_accepted_devices_state_and_nothing_of_an
         GROUP, VERSION, site.namespace, "devices", "lamp")
     wait_for(lambda: published(port, site.source, state, '{"state": "OFF"}') == NOT_AUTHORIZED,
              "the lamp's grant taken back with its Device")
+
+
+# ---- issue 41, finding 3: a Secret does not take the controller's broker account ------------------------------
+
+SECRET_WRITER = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: secret-writer}
+rules:
+- {apiGroups: [""], resources: [secrets], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: secret-writer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: secret-writer}
+subjects: [{kind: ServiceAccount, name: secret-writer, namespace: NAMESPACE}]
+"""
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def bridge_secret(name: str, username: str, password: str) -> dict[str, Any]:
+    """A bridge credential as `corral bridge add-account` writes it, naming any username."""
+    return {"metadata": {"name": name, "labels": {BRIDGE_LABEL: "account"}}, "type": BRIDGE_TYPE,
+            "data": {"username": b64(username), "password": b64(password)}}
+
+
+def source_secret(name: str, node: str, root: str, password: str) -> dict[str, Any]:
+    """A source Secret written by hand (`corral bridge add-source` refuses these roots itself)."""
+    data = {"source": name, "kind": "ha", "node": node, "root": root, "password": password}
+    return {"metadata": {"name": f"corral-bridge-source-{name}", "labels": {BRIDGE_LABEL: "source"}},
+            "type": SOURCE_TYPE, "data": {k: b64(v) for k, v in data.items()}}
+
+
+def refusal(site: Site, namespace: str, secret: str) -> str:
+    """The note of the controller's Warning Event on this Secret ("" until there is one)."""
+    return next((e.note for e in events(site.admin, namespace, secret)
+                 if e.type == "Warning" and e.reason == "BridgeSecretRefused"), "")
+
+
+def controller_connects(site: Site) -> int:
+    """How often the broker let the controller's account connect (its log: `New client connected ... as NAME`)."""
+    log = site.plane.broker_log.read_text(errors="replace") if site.plane.broker_log.exists() else ""
+    return sum(1 for line in log.splitlines() if "New client connected" in line and f" as {site.username} " in line)
+
+
+def test_a_secret_in_another_namespace_cannot_take_the_controllers_broker_account(site: Site) -> None:
+    """The attack: a ServiceAccount of another namespace, allowed only to create Secrets there, names the
+    controller's account in a bridge credential. Before: `modifyClient` with the attacker's password threw the
+    controller off the broker, its heartbeat stopped and every device went to its failsafe."""
+    core, port, tag = kubernetes.client.CoreV1Api(site.admin), site.plane.mqtt_port, uuid.uuid4().hex[:6]
+    apply_yaml(site.admin, SECRET_WRITER.replace("NAMESPACE", site.elsewhere), site.elsewhere)
+    writer = api_client(site.plane, token=service_account_token(site.admin, site.elsewhere, "secret-writer"))
+    wait_until_allowed(writer, "create", site.elsewhere, "secrets", group="")
+    lamp = enroll(site.admin, site.namespace, f"hb-{tag}", "light").password
+    wait_for(lambda: logs_in(port, Account(f"hb-{tag}", lamp)), "an enrolled device's account")
+    with client(port, Account(f"hb-{tag}", lamp)) as device_link:
+        assert granted(device_link.connect())
+        assert granted(device_link.subscribe(f"{site.prefix}/_corral/heartbeat"))
+        wait_for(lambda: device_link.received, "the controller's heartbeat at the device")
+        reconnects = scrape(site.metrics_port).get("corral_mqtt_reconnects_total", 0.0)
+        connects = controller_connects(site)
+        assert connects >= 1, "the broker's log names the controller's connection (else this proves nothing)"
+
+        kubernetes.client.CoreV1Api(writer).create_namespaced_secret(
+            site.elsewhere, bridge_secret("takeover", site.username, "attacker-pw"))
+        note = wait_for(lambda: refusal(site, site.elsewhere, "takeover"), "a Warning Event on the Secret elsewhere")
+        assert f"Secret {site.elsewhere}/takeover refused" in note and "reads no bridge or source credentials" in note
+        # The same Secret where bridge Secrets are read: refused for the name it takes.
+        core.create_namespaced_secret(site.namespace, bridge_secret("takeover", site.username, "attacker-pw"))
+        note = wait_for(lambda: refusal(site, site.namespace, "takeover"), "a Warning Event on the Secret here")
+        assert f"its username {site.username!r} is not the bridge's to take" in note, note
+        assert "the controller's broker account" in note
+        # A source whose topic root is Corral's device topics (the configured prefix, or iot) gets no account.
+        for name, root in ((f"grab-{tag}", site.prefix), (f"iot-{tag}", "iot")):
+            core.create_namespaced_secret(site.namespace, source_secret(name, name, root, "pw"))
+            note = wait_for(lambda name=name: refusal(site, site.namespace, f"corral-bridge-source-{name}"),
+                            f"a Warning Event on source {name}")
+            assert f"its topic root {root!r} overlaps Corral's own device topics" in note, note
+            assert not logs_in(port, Account(f"source.{site.namespace}.{name}", "pw"))
+            with pytest.raises(bridging.BridgeError, match="overlaps Corral's own device topics"):
+                bridging.add_source(site.admin, site.namespace, f"cli-{name}", "ha", name, root, topic_prefix=site.prefix)
+        # Positive controls, made after the attack: a legitimate bridge and a source beside the prefix get accounts.
+        late = Account(*bridging.add_account(site.admin, site.namespace, f"late-{tag}"))
+        beside = Account(*bridging.add_source(site.admin, site.namespace, f"ok-{tag}", "ha", f"ok-{tag}",
+                                              f"{site.prefix}-ok", topic_prefix=site.prefix))
+        wait_for(lambda: logs_in(port, late) and logs_in(port, beside), "the late bridge's and source's accounts")
+        # Deleting the Secrets (which deleted the controller's account before) changes nothing for it either; the
+        # late bridge's account going with its Secret shows the controller synced after the deletions.
+        for namespace in (site.elsewhere, site.namespace):
+            core.delete_namespaced_secret("takeover", namespace)
+        core.delete_namespaced_secret(f"corral-bridge-{late.username}", site.namespace)
+        wait_for(lambda: not logs_in(port, late), "the late bridge's account gone with its Secret")
+        heard = len(device_link.received)
+        wait_for(lambda: len(device_link.received) >= heard + 2, "the controller's heartbeat still at the device")
+        assert not device_link.dropped.is_set(), "the device was thrown off the broker"
+    assert scrape(site.metrics_port).get("corral_mqtt_reconnects_total", 0.0) == reconnects
+    assert controller_connects(site) == connects, "the controller's account connected again: it was thrown off"
+    assert not logs_in(port, Account(site.username, "attacker-pw")), "the attacker's password is the controller's"

@@ -272,6 +272,13 @@ def test_the_bridge_renders_with_its_own_account_rights_and_arguments_corral_acc
     narrowed = render(helm, "bridge.enabled=true", "mosquitto.enabled=true", "controller.watchNamespaces={a}",
                       "controller.deviceNamespace=home")
     assert options(container_of(narrowed, "controller")["args"], "--watch-namespace") == ["a", HOME, SYSTEM]
+    # Bridge and source Secrets make broker accounts only from the release and the device namespace (issue 41,
+    # finding 3), or the namespaces named; those are watched.
+    assert options(container_of(narrowed, "controller")["args"], "--bridge-namespace") == [SYSTEM, HOME]
+    named = render(helm, "bridge.enabled=true", "mosquitto.enabled=true", "controller.watchNamespaces={a}",
+                   "controller.bridgeNamespaces={bridges}")
+    args = container_of(named, "controller")["args"]
+    assert options(args, "--bridge-namespace") == ["bridges"] and "bridges" in options(args, "--watch-namespace")
 
 
 def test_the_default_install_requires_signed_contracts(helm: Helm) -> None:

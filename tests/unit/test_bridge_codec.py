@@ -250,3 +250,23 @@ def test_ha_mqtt_discoverable_devices_round_trip_as_the_library_publishes_state(
     assert c.read("hmd/binary_sensor/Porch/Motion/state", b"on").readings == {"motion": True}  # its payload_on
     with pytest.raises(InvalidValue):
         c.command("lamp_brightness", 256)
+
+
+@pytest.mark.parametrize("number", ["9" * 400, "-" + "9" * 400, "1e400"])
+def test_a_state_with_a_number_beyond_floats_range_is_no_value_and_the_next_one_reads(number: str) -> None:
+    """Issue 41, finding 12: a 400-digit number in a state escaped as OverflowError, one traceback per message."""
+    derived = derive(discovered(
+        ("light", {"schema": "json", "command_topic": "l/set", "state_topic": "s", "brightness": True,
+                   "supported_color_modes": ["brightness"]}),
+        ("cover", {"command_topic": "c/set", "position_topic": "p", "set_position_topic": "c/p",
+                   "position_open": 255, "position_template": "{{ value_json.position }}"}),
+        ("sensor", {"state_topic": "t", "value_template": "{{ value_json.temperature | float }}"}),
+        ("number", {"command_topic": "n/set", "state_topic": "n"})))
+    c = derived.codec
+    assert not c.read("s", b'{"state": "ON", "brightness": %s}' % number.encode()).state.get("obj0_brightness")
+    assert not c.read("p", b'{"position": %s}' % number.encode()).state
+    assert not c.read("t", b'{"temperature": %s}' % number.encode()).readings
+    assert not c.read("n", number.encode()).state
+    assert c.read("s", b'{"state": "ON", "brightness": 120}').state == {"obj0": True, "obj0_brightness": 120}
+    assert c.read("t", b'{"temperature": 21.5}').readings == {"obj2": 21.5}
+    assert c.read("n", b"42").state == {"obj3": 42}

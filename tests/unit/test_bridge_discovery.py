@@ -62,16 +62,23 @@ def one(reading: Reading) -> Component:
 def test_the_documented_motion_sensor() -> None:
     component = one(read_config(*example("binary_sensor_motion")))
     assert component.component == "binary_sensor" and component.object_id == "garden"
-    assert component.key == DeviceKey("ha:01ad", "01ad")
+    assert component.key == DeviceKey("ha:garden", "01ad")  # the source is the topic's: no node id, its object id
     assert component.device == DeviceInfo(name="Garden")
     assert component.config["state_topic"] == "homeassistant/binary_sensor/garden/state"
     assert component.discovery_topic == "homeassistant/binary_sensor/garden/config"
 
 
+def under_node(node: str, topic: str, payload: bytes) -> tuple[str, bytes]:
+    """A documented example announced under a node id (`<prefix>/<component>/<node>/<object>/config`)."""
+    prefix, component, rest = topic.split("/", 2)
+    return f"{prefix}/{component}/{node}/{rest}", payload
+
+
 def test_components_of_one_device_group_together() -> None:
     catalog = Catalog()
-    assert catalog.update(*example("sensor_temperature")) == {DeviceKey("ha:bedroom01ae", "bedroom01ae")}
-    catalog.update(*example("sensor_humidity"))
+    key = DeviceKey("ha:bedroom", "bedroom01ae")
+    assert catalog.update(*under_node("bedroom", *example("sensor_temperature"))) == {key}
+    catalog.update(*under_node("bedroom", *example("sensor_humidity")))
     [bedroom] = catalog.devices()
     assert [c.object_id for c in bedroom.components] == ["sensorBedroomH", "sensorBedroomT"]
     assert bedroom.device.name == "Bedroom" and bedroom.device.model == "Example Sensor"
@@ -181,17 +188,32 @@ def test_every_documented_component_is_read() -> None:
     assert valve.config["reports_position"] is True
 
 
-def test_an_empty_payload_removes_what_the_topic_announced() -> None:
+def test_without_a_node_id_a_payload_cannot_claim_another_source() -> None:
+    """Issue 41, finding 7: the source came from the payload's device identifiers for a topic without a node id, so
+    one source could announce components of another's device. It is the topic's publisher now (the broker lets only
+    the source whose node id is the topic's object id publish there), whatever the payload says."""
     catalog = Catalog()
     catalog.update(*example("sensor_temperature"))
-    catalog.update(*example("sensor_humidity"))
-    key = DeviceKey("ha:bedroom01ae", "bedroom01ae")
-    assert read_config("homeassistant/sensor/sensorBedroomT/config", b"").removed
-    assert read_config("homeassistant/sensor/sensorBedroomT/config", b"{}").removed  # as in Home Assistant
-    assert catalog.update("homeassistant/sensor/sensorBedroomT/config", b"") == {key}
+    catalog.update(*example("sensor_humidity"))  # the same device identifiers, from another topic: another source
+    assert [d.key for d in catalog.devices()] == [DeviceKey("ha:sensorBedroomH", "bedroom01ae"),
+                                                  DeviceKey("ha:sensorBedroomT", "bedroom01ae")]
+    claim = {"name": "Lock?", "cmd_t": "victim/lock/set", "stat_t": "victim/lock/state", "pl_on": "UNLOCK",
+             "dev": {"ids": ["victim-id"], "name": "victim"}}
+    component = one(read_config("homeassistant/light/attacker/config", json.dumps(claim).encode()))
+    assert component.key == DeviceKey("ha:attacker", "victim-id")
+
+
+def test_an_empty_payload_removes_what_the_topic_announced() -> None:
+    catalog = Catalog()
+    catalog.update(*under_node("bedroom", *example("sensor_temperature")))
+    catalog.update(*under_node("bedroom", *example("sensor_humidity")))
+    key = DeviceKey("ha:bedroom", "bedroom01ae")
+    assert read_config("homeassistant/sensor/bedroom/sensorBedroomT/config", b"").removed
+    assert read_config("homeassistant/sensor/bedroom/sensorBedroomT/config", b"{}").removed  # as in Home Assistant
+    assert catalog.update("homeassistant/sensor/bedroom/sensorBedroomT/config", b"") == {key}
     [bedroom] = catalog.devices()
     assert [c.object_id for c in bedroom.components] == ["sensorBedroomH"]
-    catalog.update("homeassistant/sensor/sensorBedroomH/config", b"")
+    catalog.update("homeassistant/sensor/bedroom/sensorBedroomH/config", b"")
     assert catalog.devices() == [] and catalog.device(key) is None
 
 
@@ -269,10 +291,10 @@ def test_unmapped_components_are_left_out_but_keep_their_device() -> None:
 def test_identifier_falls_back_to_connections_then_unique_id() -> None:
     by_connection = {"cmd_t": "a", "dev": {"cns": [["mac", "02:5b:26:a8:dc:12"]]}}
     component = one(read_config("homeassistant/switch/plug/config", json.dumps(by_connection).encode()))
-    assert component.key == DeviceKey("ha:mac:02:5b:26:a8:dc:12", "mac:02:5b:26:a8:dc:12")
+    assert component.key == DeviceKey("ha:plug", "mac:02:5b:26:a8:dc:12")
     by_unique_id = {"cmd_t": "a", "uniq_id": "plug-1"}
     component = one(read_config("homeassistant/switch/plug/config", json.dumps(by_unique_id).encode()))
-    assert component.key == DeviceKey("ha:plug-1", "plug-1")
+    assert component.key == DeviceKey("ha:plug", "plug-1")
     bare = {"cmd_t": "a"}
     assert one(read_config("homeassistant/switch/plug/config", json.dumps(bare).encode())).key == DeviceKey(
         "ha:plug", "plug")

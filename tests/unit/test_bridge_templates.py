@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,38 @@ def test_the_templates_of_home_assistants_documented_examples() -> None:
     assert set(refused) == {"cover.value_template", "lock.value_template", "lock.command_template"}
     assert "path into value" in refused["cover.value_template"]
     assert "the name 'code'" in refused["lock.command_template"]
+
+
+_HUGE = "9" * 400
+
+
+@pytest.mark.parametrize("template", ["{{ value_json.a }}", "{{ value_json.a | float }}", "{{ value_json.a | int }}",
+                                      "{{ value_json.a | round }}", "{{ value_json.a | round(2) }}",
+                                      "{{ value_json.a | string | float }}", "{{ value_json.a | int | round }}"])
+@pytest.mark.parametrize("number", [_HUGE, "-" + _HUGE, "1e400", "-1e400", "1" + "0" * 309])
+def test_a_number_beyond_floats_range_is_not_extracted(template: str, number: str) -> None:
+    """Issue 41, finding 12: a 400-digit integer raised OverflowError past the template's errors; every overflow is
+    now the documented outcome, an extraction error (no value)."""
+    with pytest.raises(ExtractError, match=r"too large a number|not a finite number|is not a number"):
+        value(template).extract(f'{{"a": {number}}}')
+
+
+def test_numbers_at_floats_edge_still_extract() -> None:
+    assert value("{{ value_json.a | float }}").extract('{"a": 1.7e308}') == 1.7e308
+    assert value("{{ value_json.a }}").extract(f'{{"a": {"9" * 300}}}') == int("9" * 300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=10 ** 300, max_value=10 ** 1000) | st.integers(max_value=-10 ** 300, min_value=-10 ** 1000),
+       st.sampled_from(["", " | int", " | float", " | round", " | round(3)", " | string | float"]))
+def test_huge_integers_extract_or_fail_with_an_extraction_error(number: int, filters: str) -> None:
+    try:
+        result = value("{{ value_json.a" + filters + " }}").extract(f'{{"a": {number}}}')
+    except ExtractError:
+        return
+    assert isinstance(result, int | float) and math.isfinite(float(result))
+
+
+def test_a_command_template_with_a_huge_value_is_a_render_error() -> None:
+    with pytest.raises(RenderError, match="too large a number"):
+        command("{{ value | float }}").render(int(_HUGE))

@@ -67,7 +67,7 @@ app.kubernetes.io/component: {{ $component }}
 {{- end }}
 
 {{/* JSON list of the namespaces the controller watches: [] for all, else watchNamespaces plus the device namespace
-(and, with bridge.enabled, the release namespace: the bridge's broker Secret is there). */}}
+(and, with bridge.enabled, the release namespace: the bridge's broker Secret is there), and the bridge namespaces. */}}
 {{- define "corral.watchNamespaces" -}}
 {{- $watched := list }}
 {{- if .Values.controller.watchNamespaces }}
@@ -75,8 +75,20 @@ app.kubernetes.io/component: {{ $component }}
 {{- if .Values.bridge.enabled }}
 {{- $watched = append $watched .Release.Namespace | uniq }}
 {{- end }}
+{{- $watched = concat $watched (include "corral.bridgeNamespaces" . | fromJsonArray) | uniq }}
 {{- end }}
 {{- toJson $watched }}
+{{- end }}
+
+{{/* JSON list of the only namespaces whose bridge and source Secrets make broker accounts (`--bridge-namespace`):
+controller.bridgeNamespaces, else the release namespace (the chart's bridge Secret) and the device namespace (where
+people register sources: a source's devices are accepted in its namespace). */}}
+{{- define "corral.bridgeNamespaces" -}}
+{{- if .Values.controller.bridgeNamespaces }}
+{{- toJson (uniq .Values.controller.bridgeNamespaces) }}
+{{- else }}
+{{- toJson (list .Release.Namespace (include "corral.deviceNamespace" .) | uniq) }}
+{{- end }}
 {{- end }}
 
 {{/* JSON list of the namespaces the gateway serves. */}}

@@ -246,8 +246,8 @@ def confirms(actuator: Actuator, requested: object, observed: object) -> bool:
 def _decoded(reader: Reader, text: str) -> Value | None:
     try:
         return reader.decode(text)
-    except (TemplateRefused, ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return None
+    except (TemplateRefused, ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError):
+        return None  # ArithmeticError: a number beyond float's range is no value (templates._in_range)
 
 
 def _text(payload: bytes) -> str | None:
@@ -287,7 +287,8 @@ def number(template: str | None, convert: Callable[[float], float] = lambda x: x
     """A finite number (a JSON number, or text that reads as one), converted to the contract's scale."""
     def decode(text: str) -> Value | None:
         value = as_number(extract(template, text))
-        return None if value is None else tidy(convert(value))
+        converted = None if value is None else convert(value)  # a scale may overflow a finite value to inf
+        return tidy(converted) if converted is not None and math.isfinite(converted) else None
     return decode
 
 
@@ -304,14 +305,14 @@ def json_field(key: str, then: Callable[[object], Value | None]) -> Callable[[st
 def as_number(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, (int, float)):
+            number = float(value)
+        elif isinstance(value, str):
             number = float(value.strip())
-        except ValueError:
+        else:
             return None
-    else:
+    except (ValueError, OverflowError):  # not a number, or an integer too large for a float
         return None
     return number if math.isfinite(number) else None
 

@@ -23,8 +23,8 @@ Assistant refuses these too); a topic that is not text, empty, too long, contain
 reserved namespace (the bridge subscribes and publishes only exact topics of the device's own); availability that
 is malformed. Text the device supplies (names, models, payloads) stays raw here; the mapping sanitizes it.
 
-Which device a component belongs to (DeviceKey): source `ha:<node id>` (device-based discovery: its node id, else
-its object id; a topic without node id: the device's identifier), identifier the device's identifiers[0], else its
+Which device a component belongs to (DeviceKey): source `ha:<node id>` from the topic alone, whose publisher the broker
+pins (its node id, else its object id; never the payload's claim), identifier the device's identifiers[0], else its
 first connection `type:value`, else the node id, else the unique_id, else the object id.
 """
 
@@ -414,7 +414,7 @@ def _key(where: _Topic, config: Mapping[str, Any], node_id: str | None) -> Devic
     unique_id = _text(config.get("unique_id")) or ""
     unique_id = unique_id if len(unique_id) <= MAX_IDENTIFIER else ""
     identifier = identifier or node_id or unique_id or where.object_id
-    return DeviceKey(source=f"ha:{node_id or identifier}", identifier=identifier)
+    return DeviceKey(source=f"ha:{node_id or where.object_id}", identifier=identifier)  # the topic's publisher
 
 
 def _decode(payload: bytes) -> dict[str, Any]:

@@ -9,6 +9,9 @@
   only with the accepted hash, and holds a later widening like a native device's); `iot/<id>/status` from the
   device's availability on a presence connection whose Will is `offline` (bridge/link.py); readings from its state
   topics on `iot/<id>/telemetry`; and `iot/<id>/cmd` answered on `iot/<id>/ack` (bridge/commands.py, confirm.py).
+- **Topics already accepted** (bridge/claims.py): a candidate's component whose command topic is another accepted
+  Device's topic (or whose state topic is another's command topic), or that lies under Corral's device prefix, is left
+  out of the candidate with the reason; an accepted Device's command on an older Device's topic is refused.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.api.codes import GROUP, VERSION
+from corral.bridge import claims
 from corral.bridge.candidates import Candidates
 from corral.bridge.catalog import Bridged, Catalog, derive, device_id_for
 from corral.bridge.commands import Answer, Commands, Execute
 from corral.bridge.confirm import UNKNOWN, Confirmation, Confirmed
 from corral.bridge.link import Arrived, BridgeLink, Presence
-from corral.bridge.model import DeviceKey
+from corral.bridge.model import DeviceKey, Discovered
 from corral.contract.values import Value
 from corral.devices.link import BrokerAddress, TlsFiles
 from corral.kube.client import ApiError, AsyncApi, path_of
@@ -54,6 +58,8 @@ class Accepted:
     key: DeviceKey | None
     risk: dict[str, str]
     granted: frozenset[str] = frozenset()  # the device's own topics a person accepted (spec.bridge.topics)
+    command_topics: frozenset[str] = frozenset()  # of those, its command topics
+    created: str = ""  # the Device's creationTimestamp: the older of two Devices keeps a topic both name
     bridged: Bridged | None = None
     announced: str | None = None  # the info payload last published (retained)
     state: dict[str, Value] = field(default_factory=dict)
@@ -119,7 +125,8 @@ class Bridge:
         if discovered is None:
             return
         device_id = device_id_for(key, discovered.device)
-        self.candidates.offer(device_id, discovered, derive(discovered, device_id, {}))
+        offered = self._screened(discovered, [c for c in self._claims() if c.device_id != device_id])
+        self.candidates.offer(device_id, offered, derive(offered, device_id, {}))
         accepted = self.accepted.get(device_id)
         if accepted is not None:
             self._bind(accepted)
@@ -169,18 +176,20 @@ class Bridge:
             risk = {str(k): str(v) for k, v in (bridge.get("risk") or {}).items()}
             topics = bridge.get("topics") or {}
             granted = frozenset(str(t) for kind in ("command", "state", "availability") for t in topics.get(kind) or [])
+            commands = frozenset(str(t) for t in topics.get("command") or [])
             accepted = self.accepted.get(device_id)
             if accepted is None:
-                accepted = Accepted(name=str((item.get("metadata") or {}).get("name")), device_id=device_id,
+                meta = item.get("metadata") or {}
+                accepted = Accepted(name=str(meta.get("name")), device_id=device_id,
                                     discovered=str(bridge.get("discovered") or ""), key=None, risk=risk,
-                                    granted=granted)
+                                    granted=granted, command_topics=commands, created=str(meta.get("creationTimestamp") or ""))
                 self.accepted[device_id] = accepted
                 self.link.subscribe([f"{self.settings.prefix}/{device_id}/cmd"])
                 accepted.presence = Presence(self.address, self.tls, f"{self.link.client_id}.{device_id}",
                                              f"{self.settings.prefix}/{device_id}/status")
                 self._bind(accepted)
             elif accepted.risk != risk or accepted.granted != granted:
-                accepted.risk, accepted.granted = risk, granted
+                accepted.risk, accepted.granted, accepted.command_topics = risk, granted, commands
                 self._bind(accepted)
         for device_id in set(self.accepted) - seen:
             self._forget(self.accepted.pop(device_id))
@@ -192,7 +201,8 @@ class Bridge:
         if found is None:
             return  # not discovered (yet): nothing to announce; commands are answered with no contract
         accepted.key = found.key
-        accepted.bridged = derive(found, accepted.device_id, accepted.risk)
+        accepted.bridged = derive(self._screened(found, self._claims(older_than=accepted)), accepted.device_id,
+                                  accepted.risk)
         # Only what a person accepted: the broker grants exactly those (a topic discovery added since is not).
         topics = [t for t in (*accepted.bridged.topics.state, *accepted.bridged.topics.availability)
                   if t in accepted.granted]
@@ -202,6 +212,19 @@ class Bridge:
         if not accepted.bridged.topics.availability and accepted.online is None:
             self._set_online(accepted, True)  # no availability topic: it is there as far as anyone can tell
         self._announce(accepted)
+
+    def _claims(self, older_than: Accepted | None = None) -> list[claims.Claim]:
+        """The accepted Devices' topics (only those of Devices older than `older_than`, when given)."""
+        def age(a: Accepted) -> tuple[str, str]:
+            return (a.created or "~", a.name)
+        return [claims.Claim(a.name, a.device_id, a.command_topics, a.granted) for a in self.accepted.values()
+                if older_than is None or (a is not older_than and age(a) < age(older_than))]
+
+    def _screened(self, discovered: Discovered, held: list[claims.Claim]) -> Discovered:
+        screened, said = claims.screen(discovered, self.settings.prefix, held)
+        for sentence in said:
+            log.warning("left out of the candidate: %s", sentence)
+        return screened
 
     def _forget(self, accepted: Accepted) -> None:
         self.link.unsubscribe([f"{self.settings.prefix}/{accepted.device_id}/cmd"])
@@ -274,10 +297,13 @@ class Bridge:
             return
         publishes = accepted.bridged.command(what.actuator.id, what.value)
         outside = [topic for topic, _ in publishes if topic not in accepted.granted]
-        if outside:
+        theirs = claims.taken(accepted.device_id, [topic for topic, _ in publishes], self._claims(older_than=accepted))
+        if outside or theirs:
             error = (f"{what.actuator.id}'s command topic {', '.join(outside)} is not among the topics a person accepted "
-                     "for this device; nothing was published")
-            self._ack(accepted, accepted.commands.finish(what.id, False, error, accepted.state))
+                     "for this device" if outside else f"{what.actuator.id}: {'; '.join(theirs)}")
+            log.warning("command %s for %s refused: %s", what.id, accepted.device_id, error)
+            self._ack(accepted, accepted.commands.finish(what.id, False, error + "; nothing was published",
+                                                         accepted.state))
             return
         key = accepted.key
         echoes = 1 if key is not None and self.catalog.optimistic(key) else 0

@@ -103,7 +103,7 @@ class ValueTemplate:
                 value = _step(value, step)
         for f in self.filters:
             value = _apply(f, value, ExtractError)
-        return value
+        return _in_range(value, ExtractError)
 
 
 @dataclass(frozen=True)
@@ -223,9 +223,20 @@ def _number_text(value: object, error: type[ValueError]) -> str:
     return text
 
 
+def _in_range(value: object, error: type[ValueError]) -> object:
+    # Every number the bridge goes on to use is a float somewhere (ranges, steps, confirmation): a JSON integer
+    # beyond float's range (400 digits) or 1e400 (read as inf) is no value, and must not fail later, elsewhere.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _to_float(value, error)
+    return value
+
+
 def _to_float(value: object, error: type[ValueError]) -> float:
     if isinstance(value, bool | int | float):
-        result = float(value)
+        try:
+            result = float(value)
+        except OverflowError as err:  # an int too large for a float
+            raise error(f"{_shown(value)} is too large a number") from err
     else:
         try:
             result = float(_number_text(value, error))
@@ -251,6 +262,13 @@ def _to_int(value: object, error: type[ValueError]) -> int:
 
 
 def _apply(f: Filter, value: object, error: type[ValueError]) -> object:
+    try:
+        return _filtered(f, value, error)
+    except ArithmeticError as err:  # any overflow left (round of a huge number): not a value, never a crash
+        raise error(f"{_shown(value)} is too large a number") from err
+
+
+def _filtered(f: Filter, value: object, error: type[ValueError]) -> object:
     if f.name == "int":
         return _to_int(value, error)
     if f.name == "float":

@@ -24,13 +24,18 @@ from corral.devices.bridge_accounts import DEFAULT_BRIDGE_USERNAME, DEFAULT_DISC
                                    "id). zigbee2mqtt: always its base topic.")
 @click.option("--discovery-prefix", default=DEFAULT_DISCOVERY_PREFIX, show_default=True,
               help="ha: the discovery prefix it announces under.")
+@click.option("--topic-prefix", default="iot", show_default=True,
+              help="Corral's device topic prefix (the controller's --topic-prefix, the chart's mqtt.topicPrefix): the "
+                   "source's topic root may not overlap it.")
 @kube_options
 def add_source(client: kubernetes.client.ApiClient, namespace: str, name: str, kind: str, node: str | None,
-               base_topic: str | None, topic_root: str | None, discovery_prefix: str) -> None:
+               base_topic: str | None, topic_root: str | None, discovery_prefix: str, topic_prefix: str) -> None:
     """Register bridged source NAME and print its broker username and password (shown once).
 
     Its broker account may publish only its discovery topics, and the state and availability topics of devices a
-    person accepted (corral devices accept-discovered): a state on their topics can only come from it.
+    person accepted (corral devices accept-discovered): a state on their topics can only come from it. Its topic
+    root may not overlap Corral's device topics, a discovery prefix or another source's root; the controller reads
+    source Secrets only in the namespaces it is told (corral run --bridge-namespace).
 
     \b
     corral bridge add-source zigbee --kind zigbee2mqtt --base-topic zigbee2mqtt -n home
@@ -44,7 +49,7 @@ def add_source(client: kubernetes.client.ApiClient, namespace: str, name: str, k
     assert identity is not None
     try:
         username, password = bridging.add_source(client, namespace, name, kind, identity,
-                                                 topic_root if kind == "ha" else None, discovery_prefix)
+                                                 topic_root if kind == "ha" else None, discovery_prefix, topic_prefix)
     except bridging.BridgeError as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"username   {username}\npassword   {password}")

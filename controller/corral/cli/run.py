@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -20,6 +21,7 @@ from corral.api.codes import PEOPLE_NAMESPACE
 from corral.audit.signer import MAX_TOTAL_BYTES, Retention
 from corral.cli.mqttopts import broker_password, password_file_option
 from corral.cli.obsopts import LOOPBACK, observability_options
+from corral.cli.secrets import IN_CLUSTER_NAMESPACE
 from corral.contract.trust import RiskFloors
 from corral.decide.approvals import People, people_of
 from corral.decide.decision import Policy
@@ -34,6 +36,7 @@ from corral.reconcile.intents.settings import IntentSettings
 from corral.scale.settings import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S, ScaleSettings
 from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
 
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
 AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 
@@ -56,6 +59,10 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
               help="Enrolled devices a namespace may have; beyond it, enrollments get no broker account.")
 @click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NS",
               help="Only watch Devices in these namespaces (repeatable); default: all namespaces.")
+@click.option("--bridge-namespace", "bridge_namespaces", multiple=True, metavar="NS",
+              help="The only namespaces whose bridge and source Secrets (corral bridge add-account|add-source) make "
+                   "broker accounts (repeatable); one elsewhere is refused, with a Warning Event on it. Default: the "
+                   "namespace the controller runs in (env POD_NAMESPACE, or its ServiceAccount's), else none.")
 @click.option("--topic-prefix", default="iot", show_default=True, help="MQTT topic prefix.")
 @click.option("--command-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for an ack.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.1, max=600), default=2.0, show_default=True,
@@ -205,6 +212,7 @@ def run(
     no_broker_accounts: bool,
     max_devices_per_namespace: int,
     watch_namespaces: tuple[str, ...],
+    bridge_namespaces: tuple[str, ...],
     topic_prefix: str,
     command_timeout: float,
     heartbeat_interval: float,
@@ -296,6 +304,7 @@ def run(
         risk_floors=floors,
         capability_grace_s=capability_grace,
         watch_namespaces=watch_namespaces,
+        bridge_namespaces=_bridge_namespaces(bridge_namespaces),
         command_timeout_s=command_timeout,
         heartbeat_interval_s=heartbeat_interval,
         redrive_max_age_s=redrive_max_age,
@@ -361,6 +370,22 @@ def _scale(leader_elect: bool, identity: str | None, namespace: str, prefix: str
                              retry_period_s=retry_period, enabled=leader_elect)
     except ValueError as err:
         raise click.UsageError(f"--lease-duration, --renew-deadline, --retry-period, --shards: {err}") from None
+
+
+def _bridge_namespaces(given: tuple[str, ...]) -> tuple[str, ...]:
+    """The namespaces named, else the controller's own: who may create Secrets there is the operator's choice."""
+    for namespace in given:
+        if not DNS_LABEL.fullmatch(namespace):
+            raise click.BadParameter(f"{namespace!r} is not a namespace name", param_hint="--bridge-namespace")
+    if given:
+        return tuple(dict.fromkeys(given))
+    own = os.environ.get("POD_NAMESPACE", "").strip()
+    if not own and IN_CLUSTER_NAMESPACE.is_file():
+        own = IN_CLUSTER_NAMESPACE.read_text().strip()
+    if not own:
+        click.echo("corral run: no --bridge-namespace and not in a Pod: bridge and source Secrets make no broker "
+                   "accounts (each is refused, with a Warning Event on it)", err=True)
+    return (own,) if own else ()
 
 
 def _rate_limit(text: str) -> RateLimit:

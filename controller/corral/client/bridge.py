@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.api.discovered import DiscoveredDevice, contract_hash
+from corral.bridge import claims
 from corral.contract.model import Contract, Risk
 from corral.contract.text import bounded
 from corral.contract.trust import RISKS, with_risk
@@ -31,11 +32,13 @@ from corral.devices.bridge_accounts import (
     BRIDGE_TYPE,
     DEFAULT_BRIDGE_USERNAME,
     DEFAULT_DISCOVERY_PREFIX,
+    RESERVED,
     SOURCE_TYPE,
     Source,
     secret_of,
     source_username,
 )
+from corral.devices.bridge_checks import bridge_username_problem, node_label, source_clash, source_problem
 
 FIELD_MANAGER = "corral-accept-discovered"
 DISCOVERED_LABEL = "corral.dev/discovered"  # on the Device: the candidate it was accepted from
@@ -54,13 +57,16 @@ def source_secret_name(name: str) -> str:
 
 
 def add_source(api_client: kubernetes.client.ApiClient, namespace: str, name: str, kind: str, node: str,
-               root: str | None = None, discovery_prefix: str = DEFAULT_DISCOVERY_PREFIX) -> tuple[str, str]:
-    """Register a bridged source; (username, password) for its broker connection."""
-    for what, value in (("node/base topic", node), ("topic root", root or node), ("discovery prefix", discovery_prefix)):
-        if not value or any(c in value for c in "+#") or value.startswith("$") or value.endswith("/"):
-            raise BridgeError(f"{what} {value!r}: a plain topic name without wildcards, '$' or a trailing '/'")
+               root: str | None = None, discovery_prefix: str = DEFAULT_DISCOVERY_PREFIX,
+               topic_prefix: str = "iot") -> tuple[str, str]:
+    """Register a bridged source; (username, password) for its broker connection. `topic_prefix`: Corral's device
+    topic prefix, which its topic root may not overlap (the controller refuses it too)."""
     password = secrets.token_urlsafe(24)
     username = source_username(namespace, name)
+    source = Source(namespace, name, kind, node, root or node, password, discovery_prefix)
+    problem = source_problem(source, topic_prefix)
+    if problem is not None:
+        raise BridgeError(f"source {name}: {problem}")
     data = {"source": name, "kind": kind, "node": node, "root": root or node, "discoveryPrefix": discovery_prefix,
             "username": username, "password": password}
     secret = {"apiVersion": "v1", "kind": "Secret", "type": SOURCE_TYPE,
@@ -69,9 +75,9 @@ def add_source(api_client: kubernetes.client.ApiClient, namespace: str, name: st
     core = kubernetes.client.CoreV1Api(api_client)
     for existing in core.list_namespaced_secret(namespace, label_selector=f"{BRIDGE_LABEL}=source").items:
         other = secret_of(api_client.sanitize_for_serialization(existing))
-        if isinstance(other, Source) and (other.owns(root or node) or
-                                           (root or node) == other.root or other.root.startswith((root or node) + "/")):
-            raise BridgeError(f"source {other.name} in {namespace} already owns the topic root {other.root!r}")
+        clash = source_clash(source, other) if isinstance(other, Source) and other.name != name else None
+        if clash is not None:
+            raise BridgeError(f"source {name}: {clash}")
     try:
         core.create_namespaced_secret(namespace, secret, field_manager=FIELD_MANAGER)
     except kubernetes.client.ApiException as err:
@@ -85,6 +91,9 @@ def add_source(api_client: kubernetes.client.ApiClient, namespace: str, name: st
 def add_account(api_client: kubernetes.client.ApiClient, namespace: str,
                 username: str = DEFAULT_BRIDGE_USERNAME) -> tuple[str, str]:
     """The bridge's broker identity for the bridged Devices of `namespace`; (username, password)."""
+    problem = bridge_username_problem(username, RESERVED)
+    if problem is not None:
+        raise BridgeError(f"the bridge account: {problem}")
     password = secrets.token_urlsafe(24)
     secret = {"apiVersion": "v1", "kind": "Secret", "type": BRIDGE_TYPE,
               "metadata": {"name": f"corral-bridge-{username}", "labels": {BRIDGE_LABEL: "account"}},
@@ -172,24 +181,50 @@ def candidate(api_client: kubernetes.client.ApiClient, namespace: str, name: str
         raise BridgeError(f"--risk names no actuator of {name}: {', '.join(unknown)} (it has "
                           f"{', '.join(a.id for a in contract.actuators) or 'none'})")
     source = _source(api_client, namespace, discovered)
+    _not_claimed(api_client, namespace, discovered)
     return Candidate(discovered, with_risk(contract, overrides), source, str(body["metadata"]["resourceVersion"]),
                      dict(overrides or {}))
+
+
+def _not_claimed(api_client: kubernetes.client.ApiClient, namespace: str, discovered: DiscoveredDevice) -> None:
+    """Refuse a candidate whose topics another accepted Device has (bridge/claims.py): accepting a "light" on a
+    lock's command topic would let a harmless command open the door."""
+    items = kubernetes.client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "devices")["items"]
+    held = []
+    for item in items:
+        topics = ((item.get("spec") or {}).get("bridge") or {}).get("topics") or {}
+        if topics:
+            held.append(claims.Claim(str(item["metadata"]["name"]), str(item["spec"].get("deviceId") or ""),
+                                     frozenset(topics.get("command") or []),
+                                     frozenset(t for kind in ("command", "state", "availability")
+                                               for t in topics.get(kind) or [])))
+    spec = discovered.spec
+    reasons = claims.taken(spec.device_id, spec.topics.command, held) + claims.conflicts(
+        (), [*spec.topics.state, *spec.topics.availability], (c for c in held if c.device_id != spec.device_id))
+    if reasons:
+        raise BridgeError(f"DiscoveredDevice {discovered.metadata.name} cannot be accepted: {'; '.join(reasons)}")
 
 
 def _source(api_client: kubernetes.client.ApiClient, namespace: str, discovered: DiscoveredDevice) -> Source:
     """The registered source a candidate came from (its kind and discovery identity: node id or base topic)."""
     core = kubernetes.client.CoreV1Api(api_client)
-    for secret in core.list_namespaced_secret(namespace, label_selector=f"{BRIDGE_LABEL}=source").items:
-        held = secret_of(api_client.sanitize_for_serialization(secret))
-        if isinstance(held, Source) and held.kind == discovered.spec.source_kind and \
-                discovered.spec.source in (held.node, as_label(held.node)):
-            outside = [t for t in discovered.spec.topics.all() if not held.owns(t)]
-            if outside:
-                raise BridgeError(f"DiscoveredDevice {discovered.metadata.name} names topics outside its source's "
-                                  f"topic root {held.root!r}: {', '.join(outside)}; they cannot be granted")
-            if held.revoked:
-                raise BridgeError(f"source {held.name} is revoked")
-            return held
+    found = [held for held in (secret_of(api_client.sanitize_for_serialization(secret)) for secret in
+                               core.list_namespaced_secret(namespace, label_selector=f"{BRIDGE_LABEL}=source").items)
+             if isinstance(held, Source) and held.kind == discovered.spec.source_kind
+             and discovered.spec.source in (held.node, as_label(held.node))]
+    if len(found) > 1:
+        raise BridgeError(f"sources {', '.join(sorted(s.name for s in found))} in {namespace} all answer to "
+                          f"{discovered.spec.source!r}: the candidate could be any one's; remove all but one")
+    if found:
+        held = found[0]
+        outside = [t for t in discovered.spec.topics.all() if not held.owns(t)]
+        if outside:
+            raise BridgeError(f"DiscoveredDevice {discovered.metadata.name} names topics outside its source's "
+                              f"topic root {held.root!r}: {', '.join(outside)}; they cannot be granted")
+        if held.revoked:
+            raise BridgeError(f"source {held.name} is revoked")
+        return held
     flag = "--node" if discovered.spec.source_kind == "ha" else "--base-topic"
     raise BridgeError(f"no source is registered in {namespace} for {discovered.spec.source_kind} "
                       f"{discovered.spec.source!r}: corral bridge add-source NAME --kind {discovered.spec.source_kind} "
@@ -199,8 +234,7 @@ def _source(api_client: kubernetes.client.ApiClient, namespace: str, discovered:
 def as_label(identity: str) -> str:
     """A node id or base topic as the bridge names its source in a DiscoveredDevice (a DNS label; bridge/catalog.py
     source_name): lower-cased, anything but ASCII letters and digits a '-'."""
-    cleaned = "".join(ch if ch.isalnum() and ch.isascii() else "-" for ch in identity.lower()).strip("-")[:63]
-    return cleaned.strip("-") or "source"
+    return node_label(identity)
 
 
 def who_am_i(api_client: kubernetes.client.ApiClient) -> str:

@@ -116,6 +116,7 @@ class Demo:
         # On the local plane the readings are an aggregated API too: the controller believes its front proxy.
         front_proxy = self._front_proxy_ca()
         self._spawn("controller", ["run", *broker_at.controller_args(), "--watch-namespace", self.namespace,
+                                   "--bridge-namespace", self.namespace,
                                    "--health-port", str(health), "--serve-port", str(audit_port),
                                    "--audit-dir", str(self.state_dir / "audit"),
                                    "--audit-checkpoint", f"{self.namespace}/corral-controller",

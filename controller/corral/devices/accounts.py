@@ -9,13 +9,18 @@ and the controller's heartbeat. Nothing else is allowed (the broker denies by de
 `plan_accounts()` compares what the broker has (`listClients`, `listRoles`) with what the enrollments ask
 for, and returns only the commands that close the difference, so a controller that reconnects changes
 nothing when nothing changed; the plugin rewrites its whole state file for every change.
+
+It changes or deletes only clients Corral made: each carries a marker in its description (`marker()`: this prefix,
+what it was made for, a digest of its password). A client without it (the controller's own accounts, the broker's
+admin, another tool's) is never modified or deleted, whatever a Secret names: the wanted account of that name is
+refused (`account_plan().refused`), so a Secret naming `corral-controller-0` cannot change the controller's password.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.devices.messages import Kind
@@ -24,6 +29,8 @@ from corral.devices.topics import Topics
 CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"
 RESPONSE_TOPIC = f"{CONTROL_TOPIC}/response"
 ROLE_PREFIX = "corral-device-"
+DEVICE_PURPOSE = "device"
+BRIDGE_PURPOSE = "bridge"  # a bridged source's, the bridge's or its presence account (devices.bridge_accounts)
 DEVICE_PUBLISHES: tuple[Kind, ...] = ("info", "status", "ack", "telemetry", "event")
 
 Command = dict[str, Any]
@@ -38,6 +45,15 @@ class Account:
     enabled: bool = True
     # The role's ACLs when they are not a device's own (acls()): a bridged source's or the bridge's.
     rules: tuple[dict[str, Any], ...] | None = None
+    purpose: str = DEVICE_PURPOSE  # what the client is made for, written into its marker
+
+
+@dataclass(frozen=True)
+class AccountPlan:
+    """The commands that close the difference, and the wanted accounts left undone: (username, why)."""
+
+    commands: list[Command] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
 
 def heartbeat_topic(topics: Topics) -> str:
@@ -56,58 +72,90 @@ def acls(topics: Topics, device_id: str) -> list[dict[str, Any]]:
     return own + [{"acltype": "subscribePattern", "topic": topic, "allow": True} for topic in listens]
 
 
-def marker(topics: Topics, password: str) -> str:
-    """What the client's description carries: who manages it (this prefix) and a digest of its password, so a
-    reconnecting controller sees whether the broker's account matches the enrollment without the password."""
+def marker(topics: Topics, password: str, purpose: str = DEVICE_PURPOSE) -> str:
+    """What the client's description carries: who manages it (this prefix), what for (a device's account has the
+    marker it always had) and a digest of its password, so a reconnecting controller sees whether the broker's
+    account matches the enrollment without the password."""
     digest = hashlib.sha256(password.encode()).hexdigest()[:16]
-    return f"corral:{topics.prefix}:{digest}"
+    return f"corral:{topics.prefix}:{digest}" if purpose == DEVICE_PURPOSE else f"corral:{topics.prefix}:{purpose}:{digest}"
 
 
 def managed_by(description: str | None, topics: Topics) -> bool:
     return bool(description) and str(description).startswith(f"corral:{topics.prefix}:")
 
 
+def purpose_of(description: str | None, topics: Topics) -> str | None:
+    """What Corral made the client for, from its marker; None when Corral (of this prefix) did not make it."""
+    if not managed_by(description, topics):
+        return None
+    purpose, sep, _ = str(description)[len(f"corral:{topics.prefix}:"):].partition(":")
+    return purpose if sep else DEVICE_PURPOSE
+
+
 def plan_accounts(topics: Topics, wanted: Mapping[str, Account], clients: list[dict[str, Any]],
                   roles: list[dict[str, Any]]) -> list[Command]:
+    """The commands of `account_plan`."""
+    return account_plan(topics, wanted, clients, roles).commands
+
+
+def account_plan(topics: Topics, wanted: Mapping[str, Account], clients: list[dict[str, Any]],
+                 roles: list[dict[str, Any]]) -> AccountPlan:
     """Commands that make the broker hold exactly the wanted accounts of this prefix.
 
     `clients` and `roles` are the plugin's verbose listings. Accounts of other prefixes (other controllers
-    on the same broker) and the broker's own accounts are left alone.
+    on the same broker) and the broker's own accounts are left alone, and a wanted account whose username such a
+    client has is refused. A client Corral made for the other purpose (a device's, now a bridge's name, or the
+    reverse) is made anew: deleted, then created as wanted.
     """
     have_clients = {c["username"]: c for c in clients}
     have_roles = {r["rolename"]: r for r in roles}
-    commands: list[Command] = []
+    plan = AccountPlan()
     for device_id, account in sorted(wanted.items()):
-        role = role_name(device_id)
-        rules = list(account.rules) if account.rules is not None else acls(topics, device_id)
-        existing_role = have_roles.get(role)
-        if existing_role is None:
-            commands.append({"command": "createRole", "rolename": role, "acls": rules})
-        elif _rules(existing_role.get("acls") or []) != _rules(rules):
-            commands.append({"command": "modifyRole", "rolename": role, "acls": rules})
-        description = marker(topics, account.password)
         client = have_clients.get(device_id)
-        if client is None:
-            commands.append({"command": "createClient", "username": device_id, "password": account.password,
-                             "textdescription": description, "roles": [{"rolename": role}]})
-            if not account.enabled:
-                commands.append({"command": "disableClient", "username": device_id})
+        made_for = purpose_of(client.get("textdescription"), topics) if client is not None else account.purpose
+        if made_for is None:
+            plan.refused.append((device_id, "the broker has a client of that name that Corral did not make (the "
+                                            "controller's, the admin's or another tool's); it is left alone"))
             continue
-        if client.get("textdescription") != description:
-            commands.append({"command": "modifyClient", "username": device_id, "password": account.password,
-                             "textdescription": description})
-        if [r.get("rolename") for r in client.get("roles") or []] != [role]:
-            commands.append({"command": "modifyClient", "username": device_id, "roles": [{"rolename": role}]})
-        disabled = bool(client.get("disabled"))
-        if account.enabled and disabled:
-            commands.append({"command": "enableClient", "username": device_id})
-        elif not account.enabled and not disabled:
-            commands.append({"command": "disableClient", "username": device_id})  # disconnects it now
+        if made_for != account.purpose:
+            plan.commands.append({"command": "deleteClient", "username": device_id})
+            client = None
+        plan.commands.extend(_account_commands(topics, device_id, account, client, have_roles.get(role_name(device_id))))
     for username, client in sorted(have_clients.items()):
         if username not in wanted and managed_by(client.get("textdescription"), topics):
-            commands.append({"command": "deleteClient", "username": username})  # disconnects it now
+            plan.commands.append({"command": "deleteClient", "username": username})  # disconnects it now
             if role_name(username) in have_roles:
-                commands.append({"command": "deleteRole", "rolename": role_name(username)})
+                plan.commands.append({"command": "deleteRole", "rolename": role_name(username)})
+    return plan
+
+
+def _account_commands(topics: Topics, device_id: str, account: Account, client: Mapping[str, Any] | None,
+                      existing_role: Mapping[str, Any] | None) -> list[Command]:
+    """What makes one wanted account (its role and its client) as the broker should hold it."""
+    commands: list[Command] = []
+    role = role_name(device_id)
+    rules = list(account.rules) if account.rules is not None else acls(topics, device_id)
+    if existing_role is None:
+        commands.append({"command": "createRole", "rolename": role, "acls": rules})
+    elif _rules(existing_role.get("acls") or []) != _rules(rules):
+        commands.append({"command": "modifyRole", "rolename": role, "acls": rules})
+    description = marker(topics, account.password, account.purpose)
+    if client is None:
+        commands.append({"command": "createClient", "username": device_id, "password": account.password,
+                         "textdescription": description, "roles": [{"rolename": role}]})
+        if not account.enabled:
+            commands.append({"command": "disableClient", "username": device_id})
+        return commands
+    if client.get("textdescription") != description:
+        commands.append({"command": "modifyClient", "username": device_id, "password": account.password,
+                         "textdescription": description})
+    if [r.get("rolename") for r in client.get("roles") or []] != [role]:
+        commands.append({"command": "modifyClient", "username": device_id, "roles": [{"rolename": role}]})
+    disabled = bool(client.get("disabled"))
+    if account.enabled and disabled:
+        commands.append({"command": "enableClient", "username": device_id})
+    elif not account.enabled and not disabled:
+        commands.append({"command": "disableClient", "username": device_id})  # disconnects it now
     return commands
 
 

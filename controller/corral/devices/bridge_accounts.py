@@ -21,7 +21,10 @@ security plugin exactly as it keeps device accounts (devices.accounts.plan_accou
 
 A source is granted only topics under its own topic root (its zigbee2mqtt base topic; for Home Assistant discovery,
 the root given at add-source, by default its node id), and a root that overlaps an older source's gets no grants:
-otherwise a person accepting a device in one namespace could hand its source another namespace's state topics.
+otherwise a person accepting a device in one namespace could hand its source another namespace's state topics. Nor
+may a root overlap Corral's device topics or a discovery prefix, nor a bridge name a broker account Corral keeps for
+another purpose (devices.bridge_checks); what is refused is said with the Secret it came from (`Refused.secret`), for
+the Warning Event on it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.devices.accounts import Account, heartbeat_topic
+from corral.devices.accounts import BRIDGE_PURPOSE, Account, heartbeat_topic
+from corral.devices.bridge_checks import Reserved, bridge_username_problem, source_clash, source_problem
 from corral.devices.messages import Kind
 from corral.devices.topics import Topics
 
@@ -45,6 +49,7 @@ DEFAULT_BRIDGE_USERNAME = "corral-bridge"
 BRIDGE_PROTOCOL: tuple[Kind, ...] = ("info", "status", "ack", "telemetry")
 
 Rule = dict[str, Any]
+RESERVED = Reserved()  # the controller's and the admin's names, whatever the controller's own username is
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Source:
     discovery_prefix: str = DEFAULT_DISCOVERY_PREFIX
     revoked: bool = False
     created: str = ""
+    secret: str = ""  # the Secret's name (it is in `namespace`)
 
     @property
     def username(self) -> str:
@@ -84,6 +90,13 @@ class BridgeCredential:
     password: str
     revoked: bool = False
     secret_namespace: str = ""  # where its Secret is, when that is not `namespace` (the chart's, label below)
+    created: str = ""  # the Secret's creationTimestamp: of two claiming one username, the older keeps it
+    secret: str = ""  # the Secret's name
+
+    @property
+    def where(self) -> tuple[str, str]:
+        """The Secret's namespace and name."""
+        return (self.secret_namespace or self.namespace, self.secret)
 
 
 @dataclass(frozen=True)
@@ -99,11 +112,23 @@ class Bridged:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """Something a Secret or a Device asked for that gets no account or grant, and why."""
+
+    why: str
+    secret: tuple[str, str] | None = None  # the Secret's namespace and name, for the Warning Event on it
+
+    def __str__(self) -> str:
+        return self.why
+
+
+@dataclass(frozen=True)
 class BridgePlan:
-    """The accounts wanted, and why some grants were refused (for the log and Events)."""
+    """The accounts wanted, and why some were refused (for the log and Events); `secrets`: each account's Secret."""
 
     accounts: dict[str, Account] = field(default_factory=dict)
-    refused: tuple[str, ...] = ()
+    refused: tuple[Refused, ...] = ()
+    secrets: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def source_username(namespace: str, name: str) -> str:
@@ -127,6 +152,7 @@ def secret_of(body: Mapping[str, Any]) -> Source | BridgeCredential | None:
     meta = body.get("metadata") or {}
     data = body.get("data") or {}
     namespace, revoked = meta.get("namespace", ""), "corral.dev/revoked-at" in (meta.get("annotations") or {})
+    created = str(meta.get("creationTimestamp") or "")
     password = _text(data, "password")
     if not password or not namespace:
         return None
@@ -136,7 +162,7 @@ def secret_of(body: Mapping[str, Any]) -> Source | BridgeCredential | None:
         # in the release namespace, naming the namespace it serves (BrokerAccounts trusts that only from there).
         served = labels.get(SERVES_LABEL) or namespace
         return BridgeCredential(served, _text(data, "username", DEFAULT_BRIDGE_USERNAME), password, revoked,
-                                namespace if served != namespace else "")
+                                namespace if served != namespace else "", created, str(meta.get("name") or ""))
     if body.get("type") != SOURCE_TYPE:
         return None
     kind, node, name = _text(data, "kind"), _text(data, "node"), _text(data, "source")
@@ -146,7 +172,7 @@ def secret_of(body: Mapping[str, Any]) -> Source | BridgeCredential | None:
     if not root or any(c in root for c in "+#"):
         return None
     return Source(namespace, name, kind, node, root, password, _text(data, "discoveryPrefix", DEFAULT_DISCOVERY_PREFIX),
-                  revoked, str(meta.get("creationTimestamp") or ""))
+                  revoked, created, str(meta.get("name") or ""))
 
 
 def _pub(topic: str) -> Rule:
@@ -165,31 +191,14 @@ def _unique(rules: Iterable[Rule]) -> tuple[Rule, ...]:
 
 
 def plan_bridge_accounts(topics: Topics, sources: Iterable[Source], bridges: Iterable[BridgeCredential],
-                         bridged: Iterable[Bridged]) -> BridgePlan:
-    """The accounts (with their own ACLs) that sources, bridges and accepted Devices ask for."""
-    refused: list[str] = []
-    kept: dict[tuple[str, str], Source] = {}
-    for source in sorted(sources, key=lambda s: (s.created, s.namespace, s.name)):
-        clash = next((older for older in kept.values() if older.owns(source.root) or source.owns(older.root)), None)
-        if clash is not None:
-            refused.append(f"source {source.namespace}/{source.name}: its topic root {source.root!r} overlaps that of "
-                           f"the older source {clash.namespace}/{clash.name} ({clash.root!r}); it gets no account")
-            continue
-        kept[(source.namespace, source.name)] = source
-    grants: dict[tuple[str, str], list[Bridged]] = {}
-    for device in sorted(bridged, key=lambda b: (b.namespace, b.device_id)):
-        owner = kept.get((device.namespace, device.source))
-        if owner is None:
-            refused.append(f"bridged device {device.device_id} in {device.namespace}: no source {device.source} is "
-                           "registered there (corral bridge add-source); its topics are granted to nobody")
-            continue
-        outside = [t for t in (*device.command, *device.state, *device.availability) if not owner.owns(t)]
-        if outside:
-            refused.append(f"bridged device {device.device_id} in {device.namespace}: topics {', '.join(outside)} are "
-                           f"not under its source's topic root {owner.root!r}; its topics are granted to nobody")
-            continue
-        grants.setdefault((device.namespace, device.source), []).append(device)
+                         bridged: Iterable[Bridged], reserved: Reserved = RESERVED) -> BridgePlan:
+    """The accounts (with their own ACLs) that sources, bridges and accepted Devices ask for. `reserved`: broker
+    usernames no bridge may take (the controller's, the admin's, the enrolled devices')."""
+    refused: list[Refused] = []
+    kept = _kept_sources(topics, sources, refused)
+    grants = _grants(kept, bridged, refused)
     accounts: dict[str, Account] = {}
+    secrets: dict[str, tuple[str, str]] = {}
     for (namespace, name), source in kept.items():
         accepted = grants.get((namespace, name), [])
         publishes = [*source.discovery(), *(t for d in accepted for t in (*d.state, *d.availability))]
@@ -201,22 +210,71 @@ def plan_bridge_accounts(topics: Topics, sources: Iterable[Source], bridges: Ite
         listens = [f"{source.node}/#"] if source.kind == "zigbee2mqtt" else [
             f"{source.discovery_prefix}/status", f"{source.root}/#"]
         accounts[source.username] = Account(source.username, source.password, not source.revoked,
-                                            _unique([*map(_pub, publishes), *map(_sub, listens)]))
-    for bridge in sorted(bridges, key=lambda b: (b.namespace, b.username)):
-        if bridge.username in accounts:
-            refused.append(f"bridge account {bridge.username} in {bridge.namespace}: the username is taken")
+                                            _unique([*map(_pub, publishes), *map(_sub, listens)]), BRIDGE_PURPOSE)
+        secrets[source.username] = (source.namespace, source.secret)
+    for bridge in sorted(bridges, key=lambda b: (b.created, b.namespace, b.username)):
+        problem = bridge_username_problem(bridge.username, reserved)
+        if problem is None and bridge.username in accounts:
+            problem = f"its username {bridge.username!r} is taken by an older bridge Secret"
+        if problem is not None:
+            refused.append(Refused(f"bridge account {bridge.username} for namespace {bridge.namespace}: {problem}; "
+                                   "it gets no account", bridge.where))
             continue
-        mine = [d for (namespace, _), devices in grants.items() if namespace == bridge.namespace for d in devices]
-        theirs = [s for s in kept.values() if s.namespace == bridge.namespace]
-        listens = [*(f"{s.discovery_prefix}/#" if s.kind == "ha" else f"{s.node}/bridge/#" for s in theirs),
-                   *(t for d in mine for t in (*d.state, *d.availability)),
-                   *(topics.of(d.device_id, "cmd") for d in mine), heartbeat_topic(topics)]
-        publishes = [*(t for d in mine for t in d.command),
-                     *(topics.of(d.device_id, kind) for d in mine for kind in BRIDGE_PROTOCOL)]
-        accounts[bridge.username] = Account(bridge.username, bridge.password, not bridge.revoked,
-                                            _unique([*map(_pub, publishes), *map(_sub, listens)]))
-        for device in mine:
-            presence = presence_username(bridge.username, device.device_id)
-            accounts[presence] = Account(presence, bridge.password, not bridge.revoked,
-                                         (_pub(topics.of(device.device_id, "status")),))
-    return BridgePlan(accounts, tuple(refused))
+        for username, account in _bridge_accounts(topics, bridge, kept, grants).items():
+            accounts[username] = account
+            secrets[username] = bridge.where
+    return BridgePlan(accounts, tuple(refused), secrets)
+
+
+def _kept_sources(topics: Topics, sources: Iterable[Source], refused: list[Refused]) -> dict[tuple[str, str], Source]:
+    """The sources that get an account: sound on their own, and clashing with no older one."""
+    kept: dict[tuple[str, str], Source] = {}
+    for source in sorted(sources, key=lambda s: (s.created, s.namespace, s.name)):
+        problem = source_problem(source, topics.prefix) or next(
+            filter(None, (source_clash(source, older) for older in kept.values())), None)
+        if problem is not None:
+            refused.append(Refused(f"source {source.namespace}/{source.name}: {problem}; it gets no account",
+                                   (source.namespace, source.secret)))
+            continue
+        kept[(source.namespace, source.name)] = source
+    return kept
+
+
+def _grants(kept: Mapping[tuple[str, str], Source], bridged: Iterable[Bridged],
+            refused: list[Refused]) -> dict[tuple[str, str], list[Bridged]]:
+    """The accepted Devices whose topics their source may be granted, by source."""
+    grants: dict[tuple[str, str], list[Bridged]] = {}
+    for device in sorted(bridged, key=lambda b: (b.namespace, b.device_id)):
+        owner = kept.get((device.namespace, device.source))
+        if owner is None:
+            refused.append(Refused(f"bridged device {device.device_id} in {device.namespace}: no source "
+                                   f"{device.source} is registered there (corral bridge add-source); its topics are "
+                                   "granted to nobody"))
+            continue
+        outside = [t for t in (*device.command, *device.state, *device.availability) if not owner.owns(t)]
+        if outside:
+            refused.append(Refused(f"bridged device {device.device_id} in {device.namespace}: topics "
+                                   f"{', '.join(outside)} are not under its source's topic root {owner.root!r}; its "
+                                   "topics are granted to nobody"))
+            continue
+        grants.setdefault((device.namespace, device.source), []).append(device)
+    return grants
+
+
+def _bridge_accounts(topics: Topics, bridge: BridgeCredential, kept: Mapping[tuple[str, str], Source],
+                     grants: Mapping[tuple[str, str], list[Bridged]]) -> dict[str, Account]:
+    """The bridge's own account for one namespace, and one presence account per accepted device."""
+    mine = [d for (namespace, _), devices in grants.items() if namespace == bridge.namespace for d in devices]
+    theirs = [s for s in kept.values() if s.namespace == bridge.namespace]
+    listens = [*(f"{s.discovery_prefix}/#" if s.kind == "ha" else f"{s.node}/bridge/#" for s in theirs),
+               *(t for d in mine for t in (*d.state, *d.availability)),
+               *(topics.of(d.device_id, "cmd") for d in mine), heartbeat_topic(topics)]
+    publishes = [*(t for d in mine for t in d.command),
+                 *(topics.of(d.device_id, kind) for d in mine for kind in BRIDGE_PROTOCOL)]
+    accounts = {bridge.username: Account(bridge.username, bridge.password, not bridge.revoked,
+                                         _unique([*map(_pub, publishes), *map(_sub, listens)]), BRIDGE_PURPOSE)}
+    for device in mine:
+        presence = presence_username(bridge.username, device.device_id)
+        accounts[presence] = Account(presence, bridge.password, not bridge.revoked,
+                                     (_pub(topics.of(device.device_id, "status")),), BRIDGE_PURPOSE)
+    return accounts

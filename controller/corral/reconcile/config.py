@@ -31,6 +31,10 @@ class ControllerConfig:
     max_devices_per_namespace: int = 1000
     # Namespaces whose Devices the controller binds; empty means all.
     watch_namespaces: tuple[str, ...] = ()
+    # The only namespaces whose bridge and source Secrets make broker accounts (devices.bridge_accounts): a Secret
+    # anyone may create in some other watched namespace is refused, with a Warning Event on it. `corral run` defaults
+    # it to the namespace it runs in; empty: none.
+    bridge_namespaces: tuple[str, ...] = ()
     command_timeout_s: float = 5.0
     # The heartbeat on `{prefix}/_corral/heartbeat` that device failsafes count from (devices.heartbeat); keep it
     # well below the shortest failsafe delay of any contract.

@@ -13,6 +13,7 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -73,12 +74,17 @@ class MqttSide:
         # A device the broker throws off for an account change sends no Will: its status follows the broker's answer.
         self.accounts = BrokerAccounts(self.link, topics, notices, config.max_devices_per_namespace,
                                        on_kicked=self.ingest.disconnected, devices=devices.devices,
-                                       home_namespace=os.environ.get("POD_NAMESPACE", "")) \
+                                       home_namespace=os.environ.get("POD_NAMESPACE", ""),
+                                       bridge_namespaces=config.bridge_namespaces,
+                                       controller_username=urlsplit(config.mqtt_url).username or "") \
             if config.manage_broker_accounts else None
         self.enrollments = Informer(api, "", "v1", "secrets", DEVICE_ID_LABEL, config.watch_namespaces,
                                     self.accounts.on_secret) if self.accounts is not None else None
         # Bridged sources' and the bridge's accounts (devices.bridge_accounts): Secrets of their own label.
-        self.bridge_secrets = Informer(api, "", "v1", "secrets", BRIDGE_LABEL, config.watch_namespaces,
+        # Every watched namespace, and the bridge namespaces: a bridge Secret elsewhere is refused, on the Secret.
+        bridge_watch = tuple(dict.fromkeys((*config.watch_namespaces, *config.bridge_namespaces))) \
+            if config.watch_namespaces else ()
+        self.bridge_secrets = Informer(api, "", "v1", "secrets", BRIDGE_LABEL, bridge_watch,
                                        self.accounts.on_secret) if self.accounts is not None else None
 
     def connected(self) -> bool:

@@ -13,6 +13,12 @@ device's retained status still says `online`. The broker's answer to such a comm
 gone: `on_kicked` is told right then, on the loop, in the order the link delivers messages, so a device that
 reconnects (it has the new password) and says `online` again is heard after, and wins. A revoked device stays
 barred (`barred`): a retained `online` of it, read after a restart, is an old word.
+
+Bridge and source Secrets (devices.bridge_accounts) are read only from the namespaces the operator names
+(`bridge_namespaces`: `corral run --bridge-namespace`, by default the controller's own): anyone who may create a
+Secret in some watched namespace must not be able to make a broker account. What is refused (a Secret elsewhere, a
+username Corral keeps for another purpose, an overlapping topic root, a broker client Corral did not make) is told
+on the Secret (reconcile/devices/secret_refusals.py).
 """
 
 from __future__ import annotations
@@ -26,14 +32,23 @@ from typing import Any
 
 from corral.api.device import Device
 from corral.client.enroll import Credential, credential_of
-from corral.devices.accounts import CONTROL_TOPIC, Account, Command, disconnects, plan_accounts
-from corral.devices.bridge_accounts import BridgeCredential, Bridged, Source, plan_bridge_accounts, secret_of
+from corral.devices.accounts import CONTROL_TOPIC, Account, Command, account_plan, disconnects
+from corral.devices.bridge_accounts import (
+    BridgeCredential,
+    Bridged,
+    Refused,
+    Source,
+    plan_bridge_accounts,
+    secret_of,
+)
+from corral.devices.bridge_checks import Reserved
 from corral.devices.link import MqttLink
 from corral.devices.topics import Topics
 from corral.kube.cache import Key, key_of
 from corral.kube.tasks import cancel_all
 from corral.kube.typed import Body
 from corral.reconcile.devices.notices import DeviceNotices
+from corral.reconcile.devices.secret_refusals import SecretRefusals
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +66,19 @@ ENROLLMENT_FACTS = {"createClient": "device.enrolled", "enableClient": "device.e
 class BrokerAccounts:
     def __init__(self, link: MqttLink, topics: Topics, notices: DeviceNotices, limit_per_namespace: int,
                  on_kicked: Callable[[str, str], None] = lambda device_id, why: None,
-                 devices: Callable[[], list[Device]] = lambda: [], home_namespace: str = "") -> None:
+                 devices: Callable[[], list[Device]] = lambda: [], home_namespace: str = "",
+                 bridge_namespaces: tuple[str, ...] = (), controller_username: str = "") -> None:
         self.link = link
         self.home_namespace = home_namespace  # the controller's own (its pod's), where the chart's bridge Secret is
+        self.bridge_namespaces = bridge_namespaces  # the only namespaces whose bridge and source Secrets count
+        self.controller_username = controller_username  # its replicas' share the stem: no bridge may take them
+        self.secret_refusals = SecretRefusals(notices)
+        self._bridge_owners: dict[str, tuple[str, str]] = {}  # bridge or source username -> its Secret
         # Bridged sources and bridges (devices.bridge_accounts): their Secrets, and the accepted bridged Devices
         # (`devices`: the Device cache), whose topics a person granted.
         self._bridge_secrets: dict[Key, Source | BridgeCredential] = {}
         self.devices = devices
         self._granted: tuple[Bridged, ...] = ()
-        self._told: set[str] = set()
         self.on_kicked = on_kicked  # (device id, why): the broker threw it off without its Will
         self.topics = topics
         self.notices = notices
@@ -80,6 +99,7 @@ class BrokerAccounts:
         key = key_of(body)
         held = secret_of(body) if event_type != "DELETED" else None
         if held is not None or key in self._bridge_secrets:
+            self.secret_refusals.seen(key, body if held is not None else None)
             if held is None:
                 self._bridge_secrets.pop(key, None)
             elif self._bridge_secrets.get(key) != held:
@@ -190,7 +210,10 @@ class BrokerAccounts:
         clients = _data(listings, "listClients").get("clients") or []
         roles = _data(listings, "listRoles").get("roles") or []
         self._granted = self.bridged()
-        commands = plan_accounts(self.topics, self.wanted(), clients, roles)
+        plan = account_plan(self.topics, self.wanted(), clients, roles)
+        commands = plan.commands
+        for username, why in plan.refused:
+            self._refuse_client(username, why)
         for start in range(0, len(commands), BATCH):
             batch = commands[start:start + BATCH]
             for command, answer in zip(batch, await self._ask(batch), strict=False):
@@ -222,33 +245,57 @@ class BrokerAccounts:
 
     def with_bridges(self, wanted: dict[str, Account]) -> dict[str, Account]:
         """The device accounts and those of bridged sources and bridges (a device's username wins a clash)."""
-        held = [h for h in self._bridge_secrets.values() if not isinstance(h, BridgeCredential)
-                or self._may_serve(h)]
+        held: list[Source | BridgeCredential] = []
+        refused: list[Refused] = []
+        for key, secret in self._bridge_secrets.items():
+            why = self._not_read(key, secret)
+            if why is None:
+                held.append(secret)
+            else:
+                refused.append(Refused(why, key))
         plan = plan_bridge_accounts(self.topics, [h for h in held if isinstance(h, Source)],
-                                    [h for h in held if isinstance(h, BridgeCredential)], self._granted)
-        refused = list(plan.refused)
+                                    [h for h in held if isinstance(h, BridgeCredential)], self._granted,
+                                    Reserved.around(self.controller_username, frozenset(wanted)))
+        refused += plan.refused
+        self._bridge_owners = plan.secrets
         for username, account in plan.accounts.items():
             if username in wanted:
-                refused.append(f"bridge account {username}: a device enrolled with that id has it")
+                refused.append(Refused(f"bridge account {username}: a device enrolled with that id has it",
+                                       plan.secrets.get(username)))
                 continue
             wanted[username] = account
-        for why in refused:
-            if why not in self._told:
-                self._told.add(why)
-                log.warning("broker accounts: %s", why)
+        for refusal in refused:
+            self.secret_refusals.tell(refusal.why, refusal.secret)
         return wanted
 
-    def _may_serve(self, bridge: BridgeCredential) -> bool:
-        """A bridge Secret speaks for the Devices of its own namespace; for another only from the controller's own
-        namespace (the chart's), else anyone who may make Secrets in one namespace could claim another's devices."""
-        if not bridge.secret_namespace or bridge.secret_namespace == self.home_namespace:
-            return True
-        why = (f"bridge account {bridge.username}: its Secret in {bridge.secret_namespace} names namespace "
-               f"{bridge.namespace}, which only a Secret in the controller's own namespace may")
-        if why not in self._told:
-            self._told.add(why)
-            log.warning("broker accounts: %s", why)
-        return False
+    def _not_read(self, key: Key, secret: Source | BridgeCredential) -> str | None:
+        """Why this Secret is not read at all (None: it is). Only the namespaces the operator named hold bridge and
+        source credentials; a bridge Secret speaks for the Devices of its own namespace, and for another only from
+        the controller's own namespace (the chart's), else anyone who may make Secrets in one namespace could
+        claim another's devices."""
+        what = "bridge credential" if isinstance(secret, BridgeCredential) else "bridged source"
+        if key[0] not in self.bridge_namespaces:
+            allowed = ", ".join(self.bridge_namespaces) or "none: no --bridge-namespace was given"
+            return (f"this {what} is in namespace {key[0]}, where the controller reads no bridge or source "
+                    f"credentials (it reads them only from: {allowed}; corral run --bridge-namespace, the chart's "
+                    "controller.bridgeNamespaces); nothing is made of it")
+        if isinstance(secret, BridgeCredential) and secret.secret_namespace and \
+                secret.secret_namespace != self.home_namespace:
+            return (f"this bridge credential names namespace {secret.namespace} (label corral.dev/bridge-namespace), "
+                    "which only a Secret in the controller's own namespace may; nothing is made of it")
+        return None
+
+    def _refuse_client(self, username: str, why: str) -> None:
+        """A wanted account the broker already has as a client Corral did not make: said on its Secret or Device."""
+        secret = self._bridge_owners.get(username)
+        if secret is not None or username not in self._by_device:
+            self.secret_refusals.tell(f"broker account {username}: {why}", secret)
+            return
+        if username not in self._refused:
+            self._refused.add(username)
+            self.notices.post_for(username, "EnrollmentRefused", "Refuse",
+                                  f"Device {username} gets no broker account: {why}.", "Warning")
+            log.warning("enrollment of %s refused: %s", username, why)
 
     def _refuse(self, credential: Credential, namespace: str) -> None:
         if credential.device_id in self._refused:
