@@ -8,6 +8,7 @@ fleet and controller for the module; each test makes its own Rule and leaves the
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,8 @@ from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, PEOPLE_NAMESPACE,
 from corral.audit.log import read_records
 from corral.client.intents import submit, wait_settled
 from corral.devcluster.plane import Plane
-from tests.controller_harness import ControllerProcess, device
+from corral.obs.crashpoints import ENV, RULE_NAMED
+from tests.controller_harness import ControllerProcess, device, events
 from tests.fleet_harness import hardware_applies, on_fleet, running_fleet
 from tests.harness import (
     api_client,
@@ -83,6 +85,20 @@ kind: RoleBinding
 metadata: {{name: weak-rule}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: reading}}
 subjects: [{{kind: ServiceAccount, name: weak-rule, namespace: {namespace}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: agent}}
+rules:
+- {{apiGroups: [corral.dev], resources: [devices], verbs: [get, list, read]}}
+- {{apiGroups: [corral.dev], resources: [intents], verbs: [get, list, watch, create]}}
+- {{apiGroups: [corral.dev], resources: [rules], verbs: [get, list, watch]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: agent}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}
+subjects: [{{kind: ServiceAccount, name: agent, namespace: {namespace}}}]
 """
 
 
@@ -94,6 +110,7 @@ class Home:
     owner: kubernetes.client.ApiClient  # a person: writes the Rules, grants, pauses
     owner_name: str
     controller: ControllerProcess
+    agent: kubernetes.client.ApiClient  # reads Rules and creates Intents; may not write the valve
 
     def sa(self, name: str) -> str:
         return f"system:serviceaccount:{self.namespace}:{name}"
@@ -181,7 +198,9 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
         for account in ("leak-rule", "weak-rule"):
             service_account_token(corral_api, namespace, account)
         owner = api_client(plane, token=service_account_token(corral_api, PEOPLE_NAMESPACE, owner_account))
+        agent = api_client(plane, token=service_account_token(corral_api, namespace, "agent"))
         wait_until_allowed(owner, "create", namespace, "rules")
+        wait_until_allowed(agent, "create", namespace, "intents")
         devices = {VALVE: "water_valve", PROBE: "leak_probe", SPARE: "leak_probe", LOCK: "lock"}
         with running_fleet(plane, prefix, devices, enroll_in=(corral_api, namespace), telemetry_interval_s=0.5) as fleet:
             # Closing the valve is medium risk: no approval, so that only the Rule's own checks decide; the lock is
@@ -194,7 +213,7 @@ def home(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
                 wait_for(lambda: all((device(corral_api, namespace, d).get("status") or {}).get("inSync")
                                      for d in devices), "every device registered and in sync", timeout_s=30)
                 yield Home(namespace, fleet, corral_api, owner, f"system:serviceaccount:{PEOPLE_NAMESPACE}:"
-                           f"{owner_account}", controller)
+                           f"{owner_account}", controller, agent)
             finally:
                 controller.stop()
 
@@ -345,3 +364,129 @@ def test_the_agents_pause_does_not_stop_a_persons_rule_but_the_rules_pause_does(
         home.pause("rules", False)
         home.pause("agents", False)
         home.wet(False)
+
+
+# ---- issue 41: a Rule's Intents cannot be squatted (finding 4), its author's verb is the contract's (finding 8) -----
+
+def squat(home: Home, name: str, rule: str) -> None:
+    """The agent takes a name with an Intent as close to the Rule's as it may make: same valve, same value, the
+    Rule's label. It may not write the valve, so its own Intent closes nothing."""
+    body = {"apiVersion": API_VERSION, "kind": "Intent",
+            "metadata": {"name": name, "labels": {"corral.dev/rule": rule}},
+            "spec": {"device": VALVE, "actuator": "open", "action": "set_state", "params": {"value": False},
+                     "reason": "water on the floor", "requester": home.sa("agent")}}
+    home.objects(home.agent).create_namespaced_custom_object(GROUP, VERSION, home.namespace, "intents", body)
+
+
+def the_rules_own(home: Home, rule: str) -> list[dict[str, Any]]:
+    return [i for i in home.intents_of(rule) if i["spec"]["requester"] == home.sa("leak-rule")]
+
+
+def test_an_agent_that_reserves_the_next_firings_names_it_can_predict_does_not_stop_the_rule(home: Home) -> None:
+    """The replay of the attack: the agent reads the Rule (what iot.rules.get shows) and creates the names of the
+    next three firings as the old naming made them (<rule>-<uid>-<firing>-<action>), and any it can derive from the
+    names in status. The names are random now, so the leak still closes the valve, at the first firing."""
+    home.open_valve()
+    rule = home.rule("squatted", [CLOSE])
+    read = home.objects(home.agent).get_namespaced_custom_object(GROUP, VERSION, home.namespace, "rules", rule)
+    wait_for(lambda: home.status(rule).get("state") == "Idle", "the Rule evaluated (dry probe: Idle)")
+    uid, firings = read["metadata"]["uid"].replace("-", "")[:5], (read.get("status") or {}).get("firings", 0)
+    predicted = [f"{rule}-{uid}-{n}-0" for n in range(firings + 1, firings + 4)] + \
+        [f"{rule}-{n}-0" for n in range(firings + 1, firings + 4)]
+    for name in predicted:
+        squat(home, name, rule)
+    closed_before = home.valve_moves().count(False)
+    started = time.monotonic()
+    on_fleet(home.fleet, lambda: home.fleet.set_sensor(PROBE, "wet", True))
+    wait_for(lambda: home.valve_moves().count(False) > closed_before, "the valve to close", timeout_s=FOR_S + 4)
+    print(f"\n[figure] with 6 names squatted: valve closed {time.monotonic() - started:.2f} s after water")
+    [own] = wait_for(lambda: the_rules_own(home, rule), "the Rule's own Intent")
+    assert own["metadata"]["name"] not in predicted and home.settled(own["metadata"]["name"])["status"]["code"] \
+        == "EXECUTED"
+    status = wait_for(lambda: (s := home.status(rule)).get("intents", [{}])[0].get("code") == "EXECUTED" and s,
+                      "the Rule's status to show its Intent executed")
+    assert status["firings"] == 1 and {i["name"] for i in status["intents"]}.isdisjoint(predicted)
+    # The squatters' own Intents were decided as the agent's (it may not write the valve), and told the Rule nothing.
+    assert all(home.settled(n)["status"]["code"] == "DENY_SCOPE" for n in predicted)
+    assert status.get("code") is None and status["state"] in ("Fired", "CoolingDown")
+    home.wet(False)
+    home.delete_rule(rule)
+
+
+@pytest.mark.parametrize("taken", [False, True], ids=["restart-makes-the-pending-name", "a-squatted-name"])
+def test_a_name_in_status_is_made_once_after_a_crash_and_a_squatted_one_is_reported_and_replaced(
+        home: Home, monkeypatch: pytest.MonkeyPatch, taken: bool) -> None:
+    """The defence itself: the controller dies right after its status names the firing's Intent (crash point
+    rule-named), before creating it. The agent reads the name from the status and creates it first (taken), or
+    nobody does (the positive control). The restarted controller makes the Intent once: under the pending name, or,
+    the name being somebody else's, under a fresh one, with the squatter named in the status, the audit log and a
+    Warning Event. Either way the valve closes."""
+    home.open_valve()
+    rule = home.rule(f"crash-{'taken' if taken else 'kept'}", [CLOSE])
+    wait_for(lambda: home.status(rule).get("state") == "Idle", "the Rule evaluated (dry probe: Idle)")
+    controller, log_from = home.controller, home.controller.log_path.stat().st_size
+    controller.stop()
+    monkeypatch.setenv(ENV, RULE_NAMED)
+    controller.start()
+    monkeypatch.delenv(ENV)
+    closed_before = home.valve_moves().count(False)
+    try:
+        on_fleet(home.fleet, lambda: home.fleet.set_sensor(PROBE, "wet", True))
+        wait_for(lambda: controller.proc is not None and controller.proc.poll() is not None,
+                 "the controller to die at rule-named", timeout_s=20, interval_s=0.02)
+        assert controller.proc is not None and controller.proc.returncode == -signal.SIGKILL, controller.log_tail()
+        assert b"crash point rule-named reached" in controller.log_path.read_bytes()[log_from:]
+        [pending] = home.status(rule)["intents"]
+        assert pending["pending"] is True and not home.intents_of(rule), "named, not made"
+        if taken:
+            read = home.objects(home.agent).get_namespaced_custom_object(GROUP, VERSION, home.namespace, "rules", rule)
+            squat(home, read["status"]["intents"][0]["name"], rule)
+    finally:
+        controller.start()
+    wait_for(lambda: home.valve_moves().count(False) > closed_before, "the valve to close", timeout_s=15)
+    [own] = wait_for(lambda: the_rules_own(home, rule), "the Rule's own Intent")
+    assert home.settled(own["metadata"]["name"])["status"]["code"] == "EXECUTED"
+    status = home.status(rule)
+    [entry] = status["intents"]
+    assert entry["name"] == own["metadata"]["name"] and not entry.get("pending") and status["firings"] == 1
+    names = home.condition(rule, "IntentNames")
+    home.wet(False)
+    home.delete_rule(rule)
+    if not taken:
+        assert own["metadata"]["name"] == pending["name"] and names["reason"] == "Made", names
+        return
+    assert own["metadata"]["name"] != pending["name"]
+    assert (names["status"], names["reason"]) == ("False", "IntentNameTaken"), names
+    assert home.sa("agent") in names["message"] and pending["name"] in names["message"], names
+    [record] = [r for r in read_records(controller.audit_dir) if r.kind == "rule.squatted"
+                and r.subject == f"{home.namespace}/{rule}"]
+    assert record.data["takenBy"] == home.sa("agent") and record.data["name"] == pending["name"]
+    assert record.data["instead"] == own["metadata"]["name"], record.data
+    warned = [e for e in events(home.admin, home.namespace, rule) if e.reason == "IntentNameTaken"]
+    assert warned and warned[0].type == "Warning" and home.sa("agent") in warned[0].note
+
+
+def test_an_action_that_needs_config_is_refused_to_an_author_with_write_until_they_hold_config(home: Home) -> None:
+    """Finding 8: the valve's `firmware` actuator is of level config. The owner may write the valve (so admission
+    lets them write the Rule) but not config it: the Rule does not fire, naming the verb. Granted config, it fires
+    (its Intent is then decided as the ServiceAccount's, which lacks config: that refusal is the pipeline's)."""
+    update = {"device": VALVE, "actuator": "firmware", "action": "set_version", "value": "1.3.0"}
+    rule = home.rule("firmware", [update], for_s=0)
+    home.wet(True)
+    status = wait_for(lambda: (s := home.status(rule)).get("code") == "DENY_SCOPE" and s, "the author's refusal")
+    assert status["state"] == "Refused" and f"config on devices/{VALVE}" in status["message"], status
+    assert home.condition(rule, "ContractsKnown")["reason"] == "Known" and not home.intents_of(rule)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(home.admin)
+    role = rbac.read_namespaced_role("owner", home.namespace)
+    role.rules[0].verbs = [*role.rules[0].verbs, "config"]
+    rbac.replace_namespaced_role("owner", home.namespace, role)
+    try:
+        [made] = wait_for(lambda: home.intents_of(rule), "the Rule to fire once its author holds config",
+                          timeout_s=45)
+        assert made["spec"]["actuator"] == "firmware" and home.status(rule)["firings"] == 1
+    finally:
+        role = rbac.read_namespaced_role("owner", home.namespace)
+        role.rules[0].verbs = [v for v in role.rules[0].verbs if v != "config"]
+        rbac.replace_namespaced_role("owner", home.namespace, role)
+        home.wet(False)
+    home.delete_rule(rule)

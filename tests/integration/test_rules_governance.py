@@ -26,10 +26,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.api.codes import API_VERSION, GROUP, PEOPLE_NAMESPACE, VERSION
 from corral.api.roles import USER_ROLE_RULES
-from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, RULE_LABEL, Rule
+from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, RULE_LABEL, Rule, RuleSpec
 from corral.audit.log import AuditLog, read_records
+from corral.cli import rule_review
 from corral.cli.main import cli
-from corral.decide.revisions import REVISED, spec_hash
+from corral.decide.revisions import REVISED, kept_annotation, spec_hash
 from corral.devcluster.plane import Plane
 from corral.kube.objects import Kube
 from corral.reconcile.rules.revisions import Revisions
@@ -76,6 +77,25 @@ class Governed:
         done = CliRunner().invoke(cli, [*args, "-n", self.namespace, "--kubeconfig", str(self.person_kubeconfig)])
         assert done.exit_code == 0, (done.stdout, done.stderr, done.exception)
         return done.stdout
+
+    def refused(self, *args: str, typed: str | None = None) -> str:
+        """`corral ARGS -n NS` as the person, which must fail; what it said. `typed`: a person at a terminal (stdin a
+        TTY) who types this."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rule_review, "interactive", lambda: typed is not None)
+            done = CliRunner().invoke(cli, [*args, "-n", self.namespace, "--kubeconfig", str(self.person_kubeconfig)],
+                                      input=typed)
+        assert done.exit_code != 0, done.output
+        return done.output
+
+    def typing(self, typed: str, *args: str) -> str:
+        """`corral ARGS -n NS` as a person at a terminal who types `typed` when asked."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rule_review, "interactive", lambda: True)
+            done = CliRunner().invoke(cli, [*args, "-n", self.namespace, "--kubeconfig", str(self.person_kubeconfig)],
+                                      input=typed)
+        assert done.exit_code == 0, (done.output, done.exception)
+        return done.output
 
     def rule(self, name: str) -> dict[str, Any]:
         return kubernetes.client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
@@ -180,14 +200,16 @@ def test_the_api_server_refuses_a_rule_that_would_lend_its_writer_more_than_it_h
     wrong = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: f"2:{governed.person_username}"}}}
     said = _refused(governed.person, ns, "patch_namespaced_custom_object", "evening", wrong)
     assert f'must be exactly "1:{governed.person_username}"' in said, said
-    shown = governed.corral("rules", "accept", "evening")
-    assert f"revision 1 by {governed.agent_username} accepted by {governed.person_username}" in shown, shown
+    right = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: f"1:{governed.person_username}"}}}
+    kubernetes.client.CustomObjectsApi(governed.person).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "rules", "evening", right)
     annotations = governed.rule("evening")["metadata"]["annotations"]
     assert annotations[ACCEPTED_ANNOTATION] == f"1:{governed.person_username}"
+    # (corral rules accept, which shows the revision and binds the acceptance to it: see the tests with the
+    # controller below, which records the revisions it binds to.)
 
 
-def test_an_agent_edits_a_rule_through_the_gateway_and_one_call_restores_the_previous_revision(
-        governed: Governed) -> None:
+def test_an_agent_edits_a_rule_through_the_gateway_and_the_previous_revision_is_kept(governed: Governed) -> None:
     started = time.monotonic()
     name = f"porch-{uuid.uuid4().hex[:6]}"
     put: dict[str, Any] = {
@@ -203,13 +225,12 @@ def test_an_agent_edits_a_rule_through_the_gateway_and_one_call_restores_the_pre
                            {**put["actions"][0], "value": 100}], "reason": "brighter"}),
                        await client.call_tool("iot.rules.get", {"name": name}),
                        await client.call_tool("iot.rules.put", {**put, "service_account": "master"}),
-                       await client.call_tool("iot.rules.restore", {"name": name}),
                        await client.call_tool("iot.rules.list", {})]
             return tools, answers
 
-    tools, (created, edited, got, stronger, restored, listed) = asyncio.run(asyncio.wait_for(session(), 60))
+    tools, (created, edited, got, stronger, listed) = asyncio.run(asyncio.wait_for(session(), 60))
     assert {"iot.rules.list", "iot.rules.get", "iot.rules.put", "iot.rules.restore"} <= set(tools), tools
-    for answer in (created, edited, got, restored, listed):
+    for answer in (created, edited, got, listed):
         assert not answer.is_error, answer.content
     first, second = created.structured_content, edited.structured_content
     assert first["generation"] == 1 and first["acts"] is False and "corral rules accept" in first["message"], first
@@ -219,20 +240,16 @@ def test_an_agent_edits_a_rule_through_the_gateway_and_one_call_restores_the_pre
     # Refused by the API server's admission policy, said as such; nothing changed.
     assert stronger.is_error and stronger.structured_content["code"] == "DENY_SCOPE", stronger.structured_content
     assert "may not name ServiceAccount master" in stronger.structured_content["message"]
-    assert restored.structured_content["generation"] == 3, restored.structured_content
     stored = governed.rule(name)
-    assert stored["spec"]["actions"][0]["value"] == 80 and stored["spec"]["author"] == governed.agent_username
+    assert stored["spec"]["actions"][0]["value"] == 100 and stored["spec"]["author"] == governed.agent_username
     kept = json.loads(stored["metadata"]["annotations"][PREVIOUS_SPEC_ANNOTATION])
-    assert kept["actions"][0]["value"] == 100 and kept["reason"] == "brighter"
+    assert kept["actions"][0]["value"] == 80 and kept["reason"] == "light the porch when it gets dark"
     assert any(r["name"] == f"{governed.namespace}/{name}" and r["acts"] is False
                for r in listed.structured_content["rules"])
 
-    # A person reads the diff, and restoring again toggles back to the agent's edit.
+    # A person reads the diff against the kept revision (restoring it: with the controller, below).
     shown = governed.corral("rules", "show", name)
-    assert "Changes against the kept previous revision" in shown and '-      "value": 100' in shown, shown
-    governed.corral("rules", "restore", name)
-    again = governed.rule(name)
-    assert again["spec"]["actions"][0]["value"] == 100 and again["spec"]["author"] == governed.person_username
+    assert "Changes against it" in shown and '+      "value": 100' in shown, shown
 
     # The Rules' own switch, written in the person's name.
     assert "Rules paused by" in governed.corral("rules", "pause", "--reason", "away for the week")
@@ -366,7 +383,7 @@ def test_an_agents_rule_acts_only_once_a_person_accepts_it_and_not_while_agents_
     assert made() == []
     # A person accepts it while agents are paused: an agent's Rule obeys the agents' pause.
     governed.corral("agents", "pause", "--reason", "checking the cellar")
-    governed.corral("rules", "accept", name)
+    governed.corral("rules", "accept", name, "--generation", "1")
     wait_for(lambda: state() == "Paused", "the accepted Rule to be held by the agents' pause", timeout_s=15)
     assert made() == [] and (governed.rule(name)["status"].get("acceptedGeneration") == 1)
     governed.corral("agents", "resume")
@@ -394,3 +411,130 @@ def test_an_agents_rule_acts_only_once_a_person_accepts_it_and_not_while_agents_
     assert void["audit"]["seq"] == records[1].seq
     assert governed.rule(name)["status"]["revisionAudit"]["seq"] == records[1].seq
     print(f"acceptance and pause: {time.monotonic() - started:.1f} s")
+
+
+# ---- issue 41, findings 5 and 6: a person accepts or restores exactly the revision shown, and a recorded one -----
+
+def recorded(governed: Governed, name: str, generation: int) -> None:
+    """Until the controller has recorded this revision (rule.revised, listed in status.revisions)."""
+    wait_for(lambda: any(r["generation"] == generation for r in
+                         (governed.rule(name).get("status") or {}).get("revisions") or []),
+             f"the controller to record revision {generation} of {name}", timeout_s=20)
+
+
+def agent_writes(governed: Governed, name: str, level: int, cooldown: str | None = None,
+                 previous: str | None = None) -> int:
+    """The agent replaces the spec as iot.rules.put does (the replaced spec kept in the annotation), or keeps
+    `previous` there instead: what it may write at the API server with its own token. The new generation."""
+    objects = kubernetes.client.CustomObjectsApi(governed.agent)
+    for _ in range(5):
+        body = objects.get_namespaced_custom_object(GROUP, VERSION, governed.namespace, "rules", name)
+        body.pop("status", None)
+        current = RuleSpec.model_validate(body["spec"])
+        spec = {**body["spec"], "author": governed.agent_username,
+                "actions": [{**body["spec"]["actions"][0], "value": level}], **({"cooldown": cooldown} if cooldown else {})}
+        spec.pop("authorGroups", None)
+        body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}),
+                                           PREVIOUS_SPEC_ANNOTATION: previous or kept_annotation(current)}
+        body["spec"] = spec
+        try:
+            written = objects.replace_namespaced_custom_object(GROUP, VERSION, governed.namespace, "rules", name, body)
+            return int(written["metadata"]["generation"])
+        except kubernetes.client.ApiException as err:
+            if err.status != 409:  # the controller's status write came between: read again
+                raise
+    raise AssertionError("the Rule kept changing")
+
+
+def restore_as_agent(governed: Governed, name: str, generation: int) -> Any:
+    async def session() -> Any:
+        async with stdio_client(governed.agent_kubeconfig) as client:
+            return await client.call_tool("iot.rules.restore", {"name": name, "generation": generation})
+    return asyncio.run(asyncio.wait_for(session(), 60))
+
+
+def test_a_restore_runs_only_a_recorded_revision_the_person_was_shown(governed: Governed, acting: Acting) -> None:
+    ns, name = governed.namespace, f"guard-{uuid.uuid4().hex[:6]}"
+    kubernetes.client.CustomObjectsApi(governed.person).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "rules", rule_body(name, governed.person_username, level=10))
+    recorded(governed, name, 1)
+    assert agent_writes(governed, name, 100) == 2  # the malicious revision: full light all night
+    recorded(governed, name, 2)
+    assert agent_writes(governed, name, 20) == 3  # then a harmless one: the malicious one is kept to be restored
+    recorded(governed, name, 3)
+
+    # A restore of a revision nobody was shown: refused, and nothing changes.
+    said = governed.refused("rules", "restore", name)
+    assert "--generation is required when not interactive" in said, said
+    said = governed.refused("rules", "restore", name, "--generation", "2")
+    assert "is at revision 3, not 2" in said, said
+    said = governed.refused("rules", "restore", name, typed="y\n")
+    assert "you typed 'y', not 3" in said and '"value": 100' in said, "shown the malicious spec, not confirmed"
+    assert governed.rule(name)["metadata"]["generation"] == 3
+
+    # The agent writes the kept revision itself: alone, admission refuses it; with a trivial edit it is admitted,
+    # but matches no revision the controller recorded, so neither the person's nor the agent's restore runs it.
+    forged = kept_annotation(RuleSpec.model_validate({**rule_body(name, governed.person_username, level=0)["spec"]}))
+    said = _refused(governed.agent, ns, "patch_namespaced_custom_object", name,
+                    {"metadata": {"annotations": {PREVIOUS_SPEC_ANNOTATION: forged}}})
+    assert PREVIOUS_SPEC_ANNOTATION in said and "only together with a change of spec" in said, said
+    assert agent_writes(governed, name, 20, cooldown="11m", previous=forged) == 4
+    recorded(governed, name, 4)
+    said = governed.refused("rules", "restore", name, "--generation", "4")
+    assert "matches no revision the controller recorded" in said, said
+    answer = restore_as_agent(governed, name, 4)
+    assert answer.is_error and "matches no revision the controller recorded" in answer.structured_content["message"]
+    assert governed.rule(name)["metadata"]["generation"] == 4
+
+    # The positive control: a recorded revision, shown, restored by naming the revision read.
+    assert agent_writes(governed, name, 30) == 5
+    recorded(governed, name, 5)
+    shown = governed.corral("rules", "show", name)
+    assert f"The kept previous revision is revision 4 by {governed.agent_username}, who is not a person" in shown
+    done = governed.corral("rules", "restore", name, "--generation", "5")
+    assert "Restoring revision 4" in done and "restored as revision 6" in done, done
+    stored = governed.rule(name)
+    assert (stored["spec"]["actions"][0]["value"], stored["spec"]["cooldown"], stored["spec"]["author"]) == (
+        20, "11m", governed.person_username)
+    # At a terminal: shown, then the revision number typed; restoring again toggles back.
+    recorded(governed, name, 6)
+    done = governed.typing("6\n", "rules", "restore", name)
+    assert '"value": 30' in done and "restored as revision 7" in done, done
+    # The agent's restore does the same for agents: the generation it read, and its revision waits for a person.
+    recorded(governed, name, 7)
+    answer = restore_as_agent(governed, name, 7)
+    assert not answer.is_error, answer.content
+    assert answer.structured_content["restored"]["generation"] == 6 and answer.structured_content["acts"] is False
+    assert restore_as_agent(governed, name, 7).is_error, "generation 7 is gone: refused"
+
+
+def test_an_acceptance_binds_to_the_revision_the_person_was_shown(governed: Governed, acting: Acting) -> None:
+    ns, name = governed.namespace, f"accept-{uuid.uuid4().hex[:6]}"
+    kubernetes.client.CustomObjectsApi(governed.agent).create_namespaced_custom_object(
+        GROUP, VERSION, ns, "rules", rule_body(name, governed.agent_username, level=80))
+    recorded(governed, name, 1)
+    said = governed.refused("rules", "accept", name)
+    assert "--generation is required when not interactive" in said, said
+    assert ACCEPTED_ANNOTATION not in (governed.rule(name)["metadata"].get("annotations") or {})
+
+    assert "revision 1" in governed.corral("rules", "show", name)
+    assert agent_writes(governed, name, 100) == 2  # changed after the person looked
+    recorded(governed, name, 2)
+    said = governed.refused("rules", "accept", name, "--generation", "1")
+    assert "is at revision 2, not 1" in said, said
+    # And the API server itself admits an acceptance of the current generation only.
+    said = _refused(governed.person, ns, "patch_namespaced_custom_object", name,
+                    {"metadata": {"annotations": {ACCEPTED_ANNOTATION: f"1:{governed.person_username}"}}})
+    assert f'must be exactly "2:{governed.person_username}"' in said, said
+
+    done = governed.corral("rules", "accept", name, "--generation", "2")
+    assert '"value": 100' in done and f"accepted by {governed.person_username}" in done, done
+    annotations = governed.rule(name)["metadata"]["annotations"]
+    assert annotations[ACCEPTED_ANNOTATION] == f"2:{governed.person_username}"
+
+    assert agent_writes(governed, name, 90) == 3
+    recorded(governed, name, 3)
+    said = governed.refused("rules", "accept", name, typed="2\n")
+    assert "you typed '2', not 3" in said and '+      "value": 90' in said, said
+    governed.typing("3\n", "rules", "accept", name)
+    assert governed.rule(name)["metadata"]["annotations"][ACCEPTED_ANNOTATION] == f"3:{governed.person_username}"

@@ -20,7 +20,7 @@ from corral.kube.objects import Kube
 from corral.reconcile.devices.cache import DeviceCache
 from corral.reconcile.devices.port import DeviceView
 from corral.reconcile.intents.facts import StoredIntent
-from corral.reconcile.rules.acting import Acting, intent_name, label_value
+from corral.reconcile.rules.acting import Acting, fresh_token, intent_name, label_value
 from corral.reconcile.rules.controller import Rules
 from corral.reconcile.rules.inputs import MAX_KEPT_METRICS, KeptReadings, RuleInputs
 from corral.reconcile.rules.revisions import Revisions
@@ -57,34 +57,36 @@ def controller(view_of: Any = lambda namespace, name: None) -> Rules:
     people, no_pause = People(), (lambda namespace: cast(Paused | None, None))
     audit, recorder = cast(AuditLog, None), cast(EventRecorder, None)
     return Rules(kube, (NS,), audit, recorder, people, RuleInputs(DeviceCache(), view_of),
-                 Acting(kube, AccessReviews(kube), view_of), Revisions(kube, audit, people),
+                 Acting(kube, AccessReviews(kube), lambda namespace, name: None), Revisions(kube, audit, people),
                  paused=no_pause, rules_paused=no_pause, leading=lambda: True)
 
 
-def test_intent_names_are_deterministic_valid_and_apart_per_rule_incarnation() -> None:
-    assert intent_name("leak", UID, 3, 0) == "leak-0a1b2-3-0" == intent_name("leak", UID, 3, 0)
-    assert intent_name("leak", "ffff", 3, 0) != intent_name("leak", UID, 3, 0)
+def test_intent_names_carry_a_fresh_random_token_and_stay_valid_and_apart_per_rule() -> None:
+    tokens = {fresh_token() for _ in range(50)}
+    assert len(tokens) == 50 and all(len(t) == 16 and t.isalnum() and t == t.lower() for t in tokens)
+    assert intent_name("leak", 3, 0, "abcdefghijklmnop") == "leak-3-0-abcdefghijklmnop"
     long = "a" * 200
-    name = intent_name(long, UID, 12, 1)
-    assert len(name) <= 63 and name.endswith("-0a1b2-12-1") and name != intent_name("a" * 199, UID, 12, 1)
+    name = intent_name(long, 12, 1, "abcdefghijklmnop")
+    assert len(name) <= 63 and name.endswith("-12-1-abcdefghijklmnop")
+    assert name != intent_name("a" * 199, 12, 1, "abcdefghijklmnop")
     assert len(label_value(long)) == 63 and label_value("leak") == "leak"
 
 
 def test_only_an_intent_the_rules_status_lists_by_its_service_account_is_the_rules() -> None:
     rules = controller()
-    rules.objects.upsert(rule_body(intents=["leak-0a1b2-1-0"]))
-    origin = rules.origin(intent("leak-0a1b2-1-0"))
+    rules.objects.upsert(rule_body(intents=["leak-1-0-abcdefghijklmnop"]))
+    origin = rules.origin(intent("leak-1-0-abcdefghijklmnop"))
     assert origin is not None and (origin.name, origin.agent_written) == ("leak", False)
-    assert rules.origin(intent("leak-0a1b2-1-0", rule=None)) is None  # no label
+    assert rules.origin(intent("leak-1-0-abcdefghijklmnop", rule=None)) is None  # no label
     assert rules.origin(intent("forged", rule="leak")) is None  # a label alone proves nothing
-    assert rules.origin(intent("leak-0a1b2-1-0", requester=f"system:serviceaccount:{NS}:agent")) is None
-    assert rules.origin(intent("leak-0a1b2-1-0", rule="other")) is None
+    assert rules.origin(intent("leak-1-0-abcdefghijklmnop", requester=f"system:serviceaccount:{NS}:agent")) is None
+    assert rules.origin(intent("leak-1-0-abcdefghijklmnop", rule="other")) is None
 
 
 def test_an_agent_written_rule_is_said_so_to_the_intent_pipeline() -> None:
     rules = controller()
-    rules.objects.upsert(rule_body(intents=["leak-0a1b2-1-0"], author=f"system:serviceaccount:{NS}:agent"))
-    origin = rules.origin(intent("leak-0a1b2-1-0"))
+    rules.objects.upsert(rule_body(intents=["leak-1-0-abcdefghijklmnop"], author=f"system:serviceaccount:{NS}:agent"))
+    origin = rules.origin(intent("leak-1-0-abcdefghijklmnop"))
     assert origin is not None and origin.agent_written
 
 

@@ -24,8 +24,11 @@ resumed agents is on the object, and cannot be claimed for someone else.
 A `Rule` acts as its ServiceAccount, so writing one must not lend anybody more than they hold (no escalation
 through a Rule). Every create, and every update that changes the spec, must name its writer as `spec.author`, and
 the writer must hold the `impersonate` verb (or `use`, see `_rule_policy`) on that ServiceAccount, `write` on the
-Device of every action and `read` on every input. Accepting an agent's revision (annotation corral.dev/accepted)
-names the generation accepted and the person accepting, exactly, and needs the `approve` verb on that Rule.
+Device of every action and `read` on every input. `spec.authorGroups`, when set, must then be exactly the writer's
+groups: the controller reviews the author with them later, so a right that comes from a group counts, and a
+group nobody authenticated the writer with does not. Accepting an agent's revision (annotation corral.dev/accepted)
+names the generation accepted and the person accepting, exactly, and needs the `approve` verb on that Rule. The
+kept previous revision (annotation corral.dev/previous-spec) changes only with the spec, never on a create.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 
 from corral.api.codes import CANCEL_ANNOTATION, GROUP, TRACEPARENT_ANNOTATION, VERSION
 from corral.api.grant import VALUES_REQUIRED
-from corral.api.rule import ACCEPTED_ANNOTATION
+from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 
@@ -58,15 +61,21 @@ def _identity_rules(kind: str, field: str, article: str) -> list[tuple[str, str]
     update_message = (
         f"'spec.{field} cannot change (it was \"' + oldObject.spec.{field} + '\"); create a new {kind} instead.'"
     )
+    groups_rule, groups_message = _groups_rule(kind, field)
+    return [(create_rule, create_message), (update_rule, update_message),
+            (f"request.operation != 'CREATE' || {groups_rule}", groups_message)]
+
+
+def _groups_rule(kind: str, field: str) -> tuple[str, str]:
+    """spec.FIELDGroups, when set, is exactly the writer's groups (as a set: order is not meaningful)."""
     mine = "(has(request.userInfo.groups) ? request.userInfo.groups : [])"
     groups = f"object.spec.{field}Groups"
-    groups_rule = (f"request.operation != 'CREATE' || !has({groups}) || "
-                   f"({groups}.all(g, g in {mine}) && {mine}.all(g, g in {groups}))")
-    groups_message = (
+    rule = f"!has({groups}) || ({groups}.all(g, g in {mine}) && {mine}.all(g, g in {groups}))"
+    message = (
         f"'spec.{field}Groups must be exactly the groups you are authenticated with: [' + {mine}.join(', ') + "
         f"'], but the {kind} says [' + {groups}.join(', ') + ']. Leave it out, or let corral fill it in.'"
     )
-    return [(create_rule, create_message), (update_rule, update_message), (groups_rule, groups_message)]
+    return rule, message
 
 
 def _cancel_rule() -> tuple[str, str]:
@@ -229,8 +238,13 @@ def _rule_policy(name: str) -> list[dict[str, Any]]:
         ("unreadable", "object.spec.inputs.filter(d, !authorizer.group('corral.dev').resource('devices')"
                        ".namespace(object.metadata.namespace).name(d).check('read').allowed())"),
         ("acceptance", "string(object.metadata.generation) + ':' + request.userInfo.username"),
+        ("previous", f"object.metadata.?annotations[?'{PREVIOUS_SPEC_ANNOTATION}'].orValue('')"),
+        ("previousBefore", f"oldObject == null ? '' : "
+                           f"oldObject.metadata.?annotations[?'{PREVIOUS_SPEC_ANNOTATION}'].orValue('')"),
     ]
+    author_groups, author_groups_message = _groups_rule("Rule", "author")
     rules = [
+        (f"!variables.specChanged || {author_groups}", author_groups_message),
         ("!variables.specChanged || object.spec.author == request.userInfo.username",
          "'spec.author must be your own username: you are \"' + request.userInfo.username + '\" but the Rule says \"' "
          "+ object.spec.author + '\". Whoever writes a revision of a Rule is its author; set spec.author to \"' + "
@@ -257,9 +271,21 @@ def _rule_policy(name: str) -> list[dict[str, Any]]:
          "object.metadata.name + ' (corral.dev); ' + request.userInfo.username + ' does not have it. Ask an "
          "approver to run corral rules accept ' + object.metadata.name + '.'"),
     ]
-    policy, binding = _policy(name, "rules", rules)
+    policy, binding = _policy(name, "rules", [*rules, _previous_spec_rule()])
     policy["spec"]["variables"] = [{"name": key, "expression": expression} for key, expression in variables]
     return [policy, binding]
+
+
+def _previous_spec_rule() -> tuple[str, str]:
+    """The kept previous revision is what a restore puts back: it is written only in the write that replaces the
+    spec (whose author the rules above bind to the writer), never alone and never on a create. A policy cannot
+    parse JSON to compare it with the old spec; a restore checks it against the controller's records instead."""
+    rule = ("request.operation == 'CREATE' ? variables.previous == '' : "
+            "(variables.previous == variables.previousBefore || variables.specChanged)")
+    message = (f"'annotation {PREVIOUS_SPEC_ANNOTATION} keeps the revision before an edit, so it is written only "
+               "together with a change of spec (as iot.rules.put and corral rules restore do), never on its own or "
+               "when a Rule is created. Change the spec in the same write, or leave the annotation as it is.'")
+    return rule, message
 
 
 def admission_policies() -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 environment) that holds for `for`, then a list of targets, carried out as Intents in the Rule's own identity (a
 ServiceAccount of its namespace), re-armed after a cooldown.
 
-Who wrote a revision is `spec.author`, which the API server binds to the writer; a revision by anyone who is not
+Who wrote a revision is `spec.author`, which the API server binds to the writer (and `spec.authorGroups`, when
+set, to the writer's groups, with which the controller reviews the author's rights); a revision by anyone who is not
 a person acts only once a person with `approve` on rules has accepted it (the annotation `ACCEPTED_ANNOTATION`,
 `<generation>:<username>`, also bound by the API server). The spec before an agent's edit is kept in
 `PREVIOUS_SPEC_ANNOTATION`, so that one call restores it.
@@ -15,7 +16,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, model_validator
 
-from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text512, Text1024
+from corral.api.base import DNS_LABEL, SHA256_HEX, Condition, Groups, JsonValue, KubeModel, Resource, Text512, Text1024
 from corral.api.durations import Duration, seconds_of
 from corral.api.intent import AuditCitation
 from corral.api.interlock import CelCondition
@@ -26,6 +27,7 @@ ACCEPTED_ANNOTATION: Final = "corral.dev/accepted"  # "<generation>:<username>" 
 PREVIOUS_SPEC_ANNOTATION: Final = "corral.dev/previous-spec"  # the spec before the last edit, JSON
 RULE_LABEL: Final = "corral.dev/rule"  # on the Intents a Rule makes: the Rule's name
 MAX_RULE_INTENTS: Final = 16  # the Intents a Rule's status remembers, newest first
+MAX_RULE_REVISIONS: Final = 16  # the recorded revisions a Rule's status remembers, newest first
 
 DeviceName = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
 RuleState = Literal["Idle", "Holding", "Fired", "CoolingDown", "Stale", "Refused", "Paused", "AwaitingAcceptance",
@@ -53,6 +55,13 @@ class RuleSpec(KubeModel):
     )
     author: Annotated[str, Field(min_length=1, max_length=512)] = Field(
         description="Username of whoever wrote this revision; the API server rejects any other value."
+    )
+    author_groups: Groups | None = Field(
+        default=None,
+        description=("The author's groups, as Kubernetes authenticated them when they wrote this revision (corral and "
+                     "the gateway fill them in); the API server rejects any other set. The controller reviews the "
+                     "author's rights with them. Unset: only what the username alone implies counts, so a person "
+                     "whose rights come from a group must list them (kubectl auth whoami shows them)."),
     )
     inputs: Annotated[list[DeviceName], Field(min_length=1, max_length=32)] = Field(
         description="The Devices the condition reads; only they are in `devices` and `readings`."
@@ -93,6 +102,25 @@ class RuleIntent(KubeModel):
     device: DeviceName = Field(description="Its Device.")
     code: Annotated[str, Field(max_length=32)] | None = Field(default=None, description="Its decision code, once final.")
     created_at: datetime = Field(description="When the Rule made it.")
+    firing: int | None = Field(default=None, ge=1, description="The firing it belongs to.")
+    action: int | None = Field(default=None, ge=0, description="Its action's index in spec.actions.")
+    pending: bool | None = Field(
+        default=None,
+        description=("True while the name is chosen but the Intent not yet known to be made: the controller writes "
+                     "the (random) name here first and then creates it, so a restart makes it under this name."),
+    )
+
+
+class RuleRevision(KubeModel):
+    """One revision of the Rule as the controller recorded it (rule.revised): what a restore or an acceptance must
+    match, since annotations are whatever their last writer put there."""
+
+    generation: int = Field(ge=1, description="The Rule's generation.")
+    spec_hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] = Field(
+        description="SHA-256 of the canonical JSON of the spec, as the controller saw it."
+    )
+    author: Annotated[str, Field(max_length=512)] = Field(description="Who wrote it (spec.author).")
+    audit: AuditCitation | None = Field(default=None, description="The rule.revised record.")
 
 
 class RuleStatus(KubeModel):
@@ -121,10 +149,20 @@ class RuleStatus(KubeModel):
     revision_audit: AuditCitation | None = Field(
         default=None, description="The audit record of this revision (rule.revised)."
     )
+    revisions: Annotated[list[RuleRevision], Field(max_length=MAX_RULE_REVISIONS)] = Field(
+        default_factory=list,
+        description=("The revisions the controller recorded (rule.revised), newest first (the last 16): a restore "
+                     "or an acceptance acts only on a spec whose hash is here."),
+    )
+    fired_generation: int | None = Field(
+        default=None, ge=0, description="The generation whose actions the last firing carries out."
+    )
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
         default_factory=list,
         description=("Compiled (the condition compiles), InputsFresh (every input online with readings young "
-                     "enough), Accepted (a person wrote or accepted this revision)."),
+                     "enough), Accepted (a person wrote or accepted this revision), ContractsKnown (the contract of "
+                     "every Device it sets is known, so its author's rights can be checked), IntentNames (its "
+                     "Intents were made under the names it chose; IntentNameTaken names who held one)."),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(default=None, ge=0, description="The generation the controller saw.")

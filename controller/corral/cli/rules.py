@@ -1,16 +1,18 @@
 """`corral rules`: Rules as people govern them: list, show (with the diff against the kept revision), accept an
 agent's revision, restore the previous one, and pause or resume every Rule of a namespace.
 
-Accepting writes the annotation corral.dev/accepted = "<generation>:<your username>" for the revision you were shown;
-the API server admits it only while that is the Rule's current generation, and only with your `approve` verb on the
-Rule, so an edit in between is refused. (No resourceVersion precondition: the controller's status writes change it
-every few seconds, and they do not change what you accept.) The Rules' switch is the AgentPause named `rules` (api/pause.py RULES_PAUSE_NAME): the agents' switch
+Accept and restore print the exact spec and act only on a revision the controller recorded, bound to the revision
+shown (`--generation`, or typed at a terminal: rule_review.py). Accepting writes the annotation corral.dev/accepted =
+"<generation>:<your username>"; the API server admits it only while that is the Rule's current generation, and only
+with your `approve` verb on the Rule, so an edit in between is refused. (No resourceVersion precondition: the
+controller's status writes change it every few seconds, and they do not change what you accept.) A restore is
+written with the resourceVersion read, tried again only while the generation and the kept revision are the ones
+shown. The Rules' switch is the AgentPause named `rules` (api/pause.py RULES_PAUSE_NAME): the agents' switch
 does not stop a person's Rules, this one stops all of them.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,11 +24,13 @@ from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.api.pause import RULES_PAUSE_NAME, paused_of
 from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, Rule
 from corral.cli.kubeopts import kube_options
+from corral.cli.rule_review import bind, echo_diff, echo_spec, kept_line, refuse_early, whose
 from corral.client.errors import api_message
 from corral.client.intents import identity
 from corral.contract.text import written_text
 from corral.decide.approvals import DEFAULT_PEOPLE
-from corral.decide.revisions import acceptance, accepted_value, diff, previous_spec, restoring, spec_document
+from corral.decide.revisions import acceptance, accepted_value, previous_spec, previous_spec_hash, spec_document
+from corral.decide.rules import Restore, current_on_record, restore_plan
 
 WRITE_ATTEMPTS = 5
 
@@ -92,33 +96,41 @@ def show(client: kubernetes.client.ApiClient, namespace: str, name: str) -> None
         click.echo(f"Last fired: {status.last_fired.isoformat() if status.last_fired else 'never'}; "
                    f"fired {status.firings} time(s)")
     click.echo("Spec:")
-    click.echo(json.dumps(spec_document(rule.spec), indent=2, sort_keys=True, ensure_ascii=True))
+    echo_spec(rule.spec)
     kept = previous_spec(meta.annotations)
     if kept is None:
         click.echo("No previous revision is kept.")
         return
-    # The kept revision is what the last editor wrote into the annotation: the audit log's rule.revised records
-    # hold the hash of every revision as it was written, to check it against.
-    click.echo("Changes against the kept previous revision (corral rules restore puts it back):")
-    for line in diff(kept, rule.spec) or ["  (none)"]:
-        click.echo(line)
+    click.echo(kept_line(rule) or "")
+    click.echo(f"Changes against it (corral rules restore {name} --generation {meta.generation} puts it back):")
+    echo_diff(kept, rule.spec, "previous", "current")
 
 
 @rules.command("accept")
 @click.argument("name")
 @click.option("--generation", type=click.IntRange(min=1),
-              help="Accept only this revision (as `corral rules show` printed it); default: the current one, shown.")
+              help=("The revision you accept, as `corral rules show` printed it; refused if the Rule is at another. "
+                    "Required when not interactive; at a terminal, the revision is shown and you type its number."))
 @kube_options
 def accept(client: kubernetes.client.ApiClient, namespace: str, name: str, generation: int | None) -> None:
-    """Accept NAME's current revision in your name: an agent's revision acts only once a person accepts it."""
+    """Accept NAME's current revision in your name, as shown: an agent's revision acts only once a person accepts it."""
     me = identity(client)
     rule = _rule(client, namespace, name)[1]
     current = rule.metadata.generation or 0
-    if generation is not None and generation != current:
-        raise click.ClickException(f"Rule {name} is at revision {current}, not {generation}: it changed since you "
-                                   "looked; read it again (corral rules show)")
-    value = accepted_value(current, me.username)
-    patch = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: value}}}
+    refuse_early(name, current, generation, "accept")
+    try:
+        revision = current_on_record(rule)
+    except ValueError as err:
+        raise click.ClickException(f"Rule {name}: {err}") from None
+    click.echo(f"Accepting Rule {namespace}/{name}, {whose(revision)}; it acts as {rule.spec.service_account_name}:")
+    echo_spec(rule.spec)
+    kept = previous_spec(rule.metadata.annotations)
+    if kept is not None:
+        click.echo(kept_line(rule) or "")
+        echo_diff(kept, rule.spec, "previous", f"revision {current}")
+    bind(name, current, generation, "accept")
+    # The API server admits exactly "<the current generation>:<you>": an edit since the read makes it refuse.
+    patch = {"metadata": {"annotations": {ACCEPTED_ANNOTATION: accepted_value(current, me.username)}}}
     try:
         _objects(client).patch_namespaced_custom_object(GROUP, VERSION, namespace, "rules", name, patch)
     except kubernetes.client.ApiException as err:
@@ -133,27 +145,54 @@ def accept(client: kubernetes.client.ApiClient, namespace: str, name: str, gener
 
 @rules.command("restore")
 @click.argument("name")
+@click.option("--generation", type=click.IntRange(min=1),
+              help=("The Rule's current revision, as `corral rules show` printed it with the kept one; refused if it "
+                    "is at another. Required when not interactive; at a terminal, you type it after reading."))
 @kube_options
-def restore(client: kubernetes.client.ApiClient, namespace: str, name: str) -> None:
-    """Put NAME's previous revision back, as your revision (the replaced one is kept: restore again toggles)."""
+def restore(client: kubernetes.client.ApiClient, namespace: str, name: str, generation: int | None) -> None:
+    """Put NAME's previous revision back, as your revision, as shown (the replaced one is kept: restoring toggles).
+    Only a revision the controller recorded as the Rule's spec is restored."""
     me = identity(client)
     body, rule = _rule(client, namespace, name)
+    current = rule.metadata.generation or 0
+    refuse_early(name, current, generation, "restore")
     try:
-        spec, kept = restoring(rule.spec, rule.metadata.annotations, me.username)
+        plan = restore_plan(rule, me.username, me.groups)
     except ValueError as err:
         raise click.ClickException(f"Rule {name}: {err}") from None
-    replaced = {key: value for key, value in body.items() if key != "status"}
-    replaced["metadata"] = {**body["metadata"], "annotations": {**(body["metadata"].get("annotations") or {}),
-                                                                PREVIOUS_SPEC_ANNOTATION: kept}}
-    replaced["spec"] = spec_document(spec)
-    try:
-        written = _objects(client).replace_namespaced_custom_object(GROUP, VERSION, namespace, "rules", name, replaced)
-    except kubernetes.client.ApiException as err:
-        if err.status == 409:
-            raise click.ClickException(f"Rule {name} changed while you restored it; read it again") from None
-        raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}") from None
-    click.echo(f"{name}: previous revision restored as revision {written['metadata'].get('generation')} by "
-               f"{me.username}")
+    click.echo(f"Restoring {whose(plan.revision)} of Rule {namespace}/{name} over revision {current} by "
+               f"{rule.spec.author}. It becomes your revision and acts at once as {rule.spec.service_account_name}:")
+    echo_spec(plan.spec)
+    echo_diff(rule.spec, plan.spec, f"revision {current} (current)", "restored")
+    bind(name, current, generation, "restore")
+    written = _replace_as_read(client, namespace, name, body, plan, rule)
+    click.echo(f"{name}: revision {plan.revision.generation} restored as revision "
+               f"{written['metadata'].get('generation')} by {me.username}")
+
+
+def _replace_as_read(client: kubernetes.client.ApiClient, namespace: str, name: str, body: dict[str, Any],
+                     plan: Restore, shown: Rule) -> dict[str, Any]:
+    """Write the restore with the resourceVersion read. The controller's status writes move it every few seconds:
+    a conflict is tried again only while the Rule is still the revision shown with the same kept revision."""
+    for _ in range(WRITE_ATTEMPTS):
+        replaced = {key: value for key, value in body.items() if key != "status"}
+        replaced["metadata"] = {**body["metadata"], "annotations": {**(body["metadata"].get("annotations") or {}),
+                                                                    PREVIOUS_SPEC_ANNOTATION: plan.kept}}
+        replaced["spec"] = spec_document(plan.spec)
+        try:
+            written: dict[str, Any] = _objects(client).replace_namespaced_custom_object(
+                GROUP, VERSION, namespace, "rules", name, replaced)
+            return written
+        except kubernetes.client.ApiException as err:
+            if err.status != 409:
+                raise click.ClickException(f"the API server refused: {err.status} {err.reason}: "
+                                           f"{api_message(err)}") from None
+        body, now = _rule(client, namespace, name)
+        if now.metadata.generation != shown.metadata.generation or previous_spec_hash(
+                now.metadata.annotations) != previous_spec_hash(shown.metadata.annotations):
+            raise click.ClickException(f"Rule {name} changed since you were shown it (now revision "
+                                       f"{now.metadata.generation}); nothing was restored. Read it again.")
+    raise click.ClickException(f"Rule {name} kept changing under this write; nothing was restored. Try again.")
 
 
 @rules.command("pause")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -73,13 +73,16 @@ def replacing(current: RuleSpec | None, new: RuleSpec) -> dict[str, str | None]:
     return {PREVIOUS_SPEC_ANNOTATION: kept_annotation(current)}
 
 
-def restoring(current: RuleSpec, annotations: Mapping[str, str] | None, author: str) -> tuple[RuleSpec, str]:
-    """The spec a restore writes (the kept revision, authored by whoever restores) and the annotation that then
-    keeps the replaced one, so that restoring twice toggles. ValueError when no revision is kept."""
+def restoring(current: RuleSpec, annotations: Mapping[str, str] | None, author: str,
+              author_groups: Sequence[str] = ()) -> tuple[RuleSpec, str]:
+    """The spec a restore writes (the kept revision, authored by whoever restores, with their groups: the kept
+    author's would be refused by admission and reviewed for the wrong person) and the annotation that then keeps
+    the replaced one, so that restoring twice toggles. ValueError when no revision is kept."""
     kept = previous_spec(annotations)
     if kept is None:
         raise ValueError("no previous revision is kept (it was never edited, or the kept one is not a valid spec)")
-    return kept.model_copy(update={"author": author}), kept_annotation(current)
+    restored = kept.model_copy(update={"author": author, "author_groups": list(author_groups) or None})
+    return restored, kept_annotation(current)
 
 
 @dataclass(frozen=True)
@@ -112,29 +115,23 @@ def service_account_username(namespace: str, service_account: str) -> str:
 
 
 def voids(generation: int, namespace: str, service_account: str, grant_requester: str, already_voided: bool,
-          granted_at: datetime | None = None, revised_at: datetime | None = None) -> bool:
+          granted_at: datetime | None = None, seen_at: datetime | None = None) -> bool:
     """Whether a Rule's new generation voids a grant: any edit after the first voids the grants to the Rule's
-    ServiceAccount, in the Rule's namespace, that are not voided already, except one a person made after the edit
-    (strictly later by the API server's clocks, which count whole seconds: the same second voids it)."""
-    if granted_at is not None and revised_at is not None and granted_at > revised_at:
+    ServiceAccount, in the Rule's namespace, that are not voided already, except one a person made after the
+    controller saw the edit (`seen_at`, see `edit_seen_at`; strictly later in whole seconds, as the API server
+    stamps creationTimestamp: the same second voids it)."""
+    if granted_at is not None and seen_at is not None and granted_at > edit_seen_at(seen_at):
         return False
     return (generation > 1 and not already_voided
             and grant_requester == service_account_username(namespace, service_account))
 
 
-def revised_at(managed_fields: Any) -> datetime | None:
-    """When the spec was last written, from the object's managedFields (the latest entry that owns spec fields);
-    None when they do not say."""
-    latest = None
-    for entry in managed_fields if isinstance(managed_fields, list) else []:
-        if not isinstance(entry, dict) or "f:spec" not in (entry.get("fieldsV1") or {}):
-            continue
-        try:
-            at = datetime.fromisoformat(str(entry.get("time", "")).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        latest = at if latest is None or at > latest else latest
-    return latest
+def edit_seen_at(now: datetime) -> datetime:
+    """The time an edit counts as made: when the controller first saw its generation, in whole seconds. Never a time
+    the object carries: its managedFields are written by whoever writes it, so the author of an edit could date it
+    before a grant and keep the grant standing. Seeing the edit late (a controller restarted since) voids more, a
+    grant a person made in between too: failing closed, they renew it."""
+    return now.replace(microsecond=0)
 
 
 def diff(before: RuleSpec | None, after: RuleSpec) -> list[str]:

@@ -26,17 +26,18 @@ that someone "fixed" by opening the valve by hand is closed again); flapping wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from corral.api.durations import seconds_of
-from corral.api.rule import ACCEPTED_ANNOTATION, Rule, RuleSpec
+from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, Rule, RuleRevision, RuleSpec
 from corral.decide.approvals import People
 from corral.decide.decision import Received
 from corral.decide.interlocks import Compiled, compile_rule, evaluate, recent_readings
 from corral.decide.interlocks import Rule as Condition
+from corral.decide.revisions import previous_spec, restoring, spec_hash
 
 Verdict = Literal["Invalid", "Stale", "Idle", "Holding", "CoolingDown", "Fire"]
 
@@ -128,6 +129,52 @@ def accepted(rule: Rule, people: People) -> bool:
     mark = (rule.metadata.annotations or {}).get(ACCEPTED_ANNOTATION, "")
     generation, _, username = mark.partition(":")
     return generation == str(rule.metadata.generation) and people.includes(username)
+
+
+def recorded_as(rule: Rule, spec: RuleSpec) -> RuleRevision | None:
+    """The newest revision of this Rule the controller recorded (rule.revised, listed in its status) whose spec is
+    exactly `spec`; None when no record has it. Annotations are whatever their last writer put there: a revision
+    is a fact only once the controller saw it as the Rule's spec."""
+    wanted = spec_hash(spec)
+    return next((r for r in (rule.status.revisions if rule.status else []) if r.spec_hash == wanted), None)
+
+
+def current_on_record(rule: Rule) -> RuleRevision:
+    """The record of the Rule's current revision, which an acceptance accepts; ValueError saying why there is none."""
+    generation, found = rule.metadata.generation, recorded_as(rule, rule.spec)
+    if found is None or found.generation != generation:
+        raise ValueError(f"revision {generation} of Rule {rule.metadata.name} is not on record yet: the controller "
+                         "writes a rule.revised record of every revision it sees and lists it in status.revisions. "
+                         "Nothing was done; try again in a moment (is the controller running?)")
+    return found
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A restore as it will be written: the kept revision as the restorer's (`spec`), the annotation that keeps the
+    replaced one (`kept`), and the record of the revision it restores (`revision`)."""
+
+    spec: RuleSpec
+    kept: str
+    revision: RuleRevision
+    restored: RuleSpec  # the kept revision as it was recorded (its own author)
+
+
+def restore_plan(rule: Rule, author: str, groups: Sequence[str] = ()) -> Restore:
+    """What restoring the kept previous revision writes; ValueError, saying why, when there is nothing to restore
+    or the kept revision matches no revision the controller recorded (written into the annotation, never the
+    Rule's spec: restoring it would run a spec nobody saw act)."""
+    annotations = rule.metadata.annotations
+    spec, kept = restoring(rule.spec, annotations, author, groups)
+    restored = previous_spec(annotations)
+    revision = recorded_as(rule, restored) if restored is not None else None
+    if restored is None or revision is None:
+        raise ValueError(f"the kept previous revision (annotation {PREVIOUS_SPEC_ANNOTATION}, sha256 "
+                         f"{spec_hash(restored)[:12] if restored else '?'}) matches no revision the controller "
+                         "recorded for this Rule (rule.revised, status.revisions): it was written into the annotation, "
+                         "or the controller never saw it as the Rule's spec. Nothing was restored; write the spec you "
+                         "want yourself after reading it")
+    return Restore(spec, kept, revision, restored)
 
 
 def agent_written(rule: Rule, people: People) -> bool:

@@ -20,16 +20,24 @@ DEFAULT_TTL_S = 10.0
 
 
 def implied_groups(user: str) -> list[str]:
-    """The groups Kubernetes gives a user by its name alone.
+    """The groups Kubernetes gives a user by its name alone: what a review counts when no groups were recorded.
 
-    An Intent records only the requester's username, so group memberships from an identity provider are
-    not known here; grant Corral's verbs to users and ServiceAccounts, not to groups of people (see docs).
+    Memberships from an identity provider (a certificate's O=, an OIDC groups claim) are known only to the API
+    server, at the moment it authenticates a request; the controller learns them from what admission vouched for
+    (`recorded_or_implied`), never from the name.
     """
     groups = ["system:authenticated"]
     if user.startswith("system:serviceaccount:"):
         namespace = user.split(":")[2] if user.count(":") >= 3 else ""
         groups += ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
     return groups
+
+
+def recorded_or_implied(user: str, recorded: list[str] | None) -> list[str]:
+    """The groups to review `user` with: those an admission policy bound to the writer's own when the object was
+    written (Intent.spec.requesterGroups, Rule.spec.authorGroups, ...), else only those its name implies. A group
+    the person has left since still counts until they write again: Kubernetes cannot say who is in a group."""
+    return list(recorded) if recorded is not None else implied_groups(user)
 
 
 class AccessReviews:
@@ -45,7 +53,7 @@ class AccessReviews:
 
     async def may(self, user: str, verb: str, namespace: str | None, device: str | None,
                   groups: list[str] | None = None) -> bool:
-        question = (user, tuple(groups if groups is not None else implied_groups(user)), verb, namespace, device)
+        question = (user, tuple(recorded_or_implied(user, groups)), verb, namespace, device)
         hit = self._answers.get(question)
         if hit is not None and hit[0] > self._clock():
             return hit[1]

@@ -1,4 +1,4 @@
-"""Fixed crash points on an Intent's path, for tests: `CORRAL_CRASH_AT=<step>` kills the controller there.
+"""Fixed crash points on an Intent's path (and a Rule's firing), for tests: `CORRAL_CRASH_AT=<step>` kills the controller there.
 
 The crash tests (tests/integration/test_crash_points.py) kill the controller with SIGKILL in each gap that
 the order of writes opens, and prove that a restarted controller ends the Intent exactly once with the same
@@ -24,13 +24,16 @@ ACK_RECEIVED = "ack-received"  # the ack in hand, before intent.decided is recor
 DECIDED_RECORDED = "decided-recorded"  # intent.decided fsynced, before the final status write
 FINAL_WRITTEN = "final-written"  # the final status written, before the Device's status write
 STEPS = (EXECUTING_RECORDED, TARGET_APPLIED, COMMAND_SENT, ACK_RECEIVED, DECIDED_RECORDED, FINAL_WRITTEN)
+# A Rule's firing: its status names the Intents (pending), before they are created (tests/integration/test_rules.py).
+RULE_NAMED = "rule-named"
+POINTS = (*STEPS, RULE_NAMED)
 
 
 def step_from(environ: Mapping[str, str]) -> str | None:
     """The armed step, or None; a name that is not a step is refused, so a typo cannot silently test nothing."""
     step = environ.get(ENV) or None
-    if step is not None and step not in STEPS:
-        raise ValueError(f"{ENV}={step!r} names no crash point; the steps are: {', '.join(STEPS)}")
+    if step is not None and step not in POINTS:
+        raise ValueError(f"{ENV}={step!r} names no crash point; the steps are: {', '.join(POINTS)}")
     return step
 
 

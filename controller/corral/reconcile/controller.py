@@ -136,7 +136,7 @@ class Controller:
                                 self.intents, port, self.mqtt, self.capabilities, config.command_timeout_s)
         # Rules: evaluated by the leader, acting through Intents in their ServiceAccounts' names (docs/rules.md).
         self.rules = rules_controller(kube, namespaces, self.audit, recorder, intent_settings.policy.people,
-                                      self.access, self.devices, port.view, self.pauses,
+                                      self.access, self.devices, port.view, self.pauses, trust,
                                       self.intents.reconciler.gatherer, self.ownership.is_leader, self.doors.owns)
         self.mqtt.rule_inputs, self.mqtt.on_rule_input = self.rules.inputs, self.rules.on_input
         self._watch()

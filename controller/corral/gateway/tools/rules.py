@@ -5,7 +5,8 @@ the admission policy decide: `spec.author` is the caller, who must hold `use` (o
 ServiceAccount and `write` on every Device the Rule sets (api/policies.py). A refusal comes back naming what was
 refused. A replacement keeps the spec it replaces in the annotation corral.dev/previous-spec, in the same write
 and only if the Rule did not change since it was read (resourceVersion), so `iot.rules.restore` puts the previous
-revision back in one call (and a second restore toggles back).
+revision back in one call (and a second restore toggles back): given the generation the caller read, and only a
+revision the controller recorded as the Rule's spec (status.revisions), never a spec written into the annotation.
 
 An agent's revision acts only once a person accepts it (`corral rules accept NAME`), and it obeys the agents'
 pause; every revision is in the controller's audit log (rule.revised). What people and agents wrote in a Rule
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import mcp_types as types
@@ -25,7 +27,8 @@ from corral.api.codes import API_VERSION, GROUP, VERSION
 from corral.api.rule import PREVIOUS_SPEC_ANNOTATION, Rule, RuleSpec
 from corral.contract.text import safe_data
 from corral.decide.approvals import People
-from corral.decide.revisions import acceptance, previous_spec, replacing, restoring, spec_document
+from corral.decide.revisions import acceptance, diff, previous_spec, replacing, spec_document
+from corral.decide.rules import recorded_as, restore_plan
 from corral.gateway.pauses import pause_sentence
 from corral.gateway.tools.arguments import ArgumentError
 from corral.gateway.tools.base import Call, Tool, ok
@@ -48,14 +51,23 @@ _ACTION = {"type": "object", "properties": {
 _WRITTEN = {"type": "object", "properties": {
     "name": {"type": "string"}, "generation": {"type": "integer"}, "author": {"type": "string"},
     "acts": {"type": "boolean", "description": "false: it waits for a person to accept this revision"},
-    "previous_kept": {"type": "boolean"}, "message": {"type": "string"}},
+    "previous_kept": {"type": "boolean"}, "message": {"type": "string"},
+    "restored": {"type": "object", "description": "iot.rules.restore: the revision put back (generation, author), "
+                                                  "its spec, and the diff: '-' the replaced spec, '+' the restored"}},
     "required": ["name", "generation", "acts", "message"]}
 _NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
 _LISTED = {"type": "object", "properties": {"rules": {"type": "array", "items": {"type": "object"}}},
            "required": ["rules"]}
 _BY_NAME = {"type": "object", "properties": {"name": NAME}, "required": ["name"], "additionalProperties": False}
+_RESTORE = {"type": "object", "properties": {
+    "name": NAME, "generation": {"type": "integer", "minimum": 1, "description": (
+        "The Rule's generation as iot.rules.get returned it, with the previous revision it keeps: refused if the Rule "
+        "changed since.")}}, "required": ["name", "generation"], "additionalProperties": False}
 _ONE = {"type": "object", "properties": {"name": {"type": "string"}, "spec": {"type": "object"},
-                                        "status": {"type": ["object", "null"]}, "previous_kept": {"type": "boolean"}},
+                                        "status": {"type": ["object", "null"]}, "previous_kept": {"type": "boolean"},
+                                        "previous": {"type": ["object", "null"], "description": (
+                                            "The kept revision as recorded (generation, author); null: none kept, "
+                                            "or it matches no recorded revision and cannot be restored")}},
         "required": ["name", "spec", "previous_kept"]}
 _PUT = {"type": "object", "properties": {
     "name": NAME, "service_account": {"type": "string", "maxLength": 63},
@@ -180,16 +192,27 @@ class GetRule(Tool):
         status = rule.status.model_dump(mode="json", by_alias=True, exclude_none=True) if rule.status else None
         return ok({**summary(rule, call.view.people), "spec": safe_data(spec_document(rule.spec), TEXT_LIMIT),
                    "status": safe_data(status, TEXT_LIMIT),
-                   "previous_kept": previous_spec(rule.metadata.annotations) is not None})
+                   "previous_kept": previous_spec(rule.metadata.annotations) is not None,
+                   "previous": _kept_revision(rule)})
 
 
-def spec_of(args: dict[str, Any], author: str, current: RuleSpec | None) -> RuleSpec:
-    """iot.rules.put's arguments as a RuleSpec written by `author`; ArgumentError naming what is wrong."""
+def _kept_revision(rule: Rule) -> dict[str, Any] | None:
+    """The kept previous revision as the controller recorded it; None when none is kept or it matches no record
+    (then iot.rules.restore refuses it)."""
+    kept = previous_spec(rule.metadata.annotations)
+    revision = recorded_as(rule, kept) if kept is not None else None
+    return {"generation": revision.generation, "author": revision.author} if revision is not None else None
+
+
+def spec_of(args: dict[str, Any], author: str, current: RuleSpec | None, groups: Sequence[str] = ()) -> RuleSpec:
+    """iot.rules.put's arguments as a RuleSpec written by `author`, with the author's groups (the API server checks
+    they are the caller's own; the controller reviews the author with them); ArgumentError naming what is wrong."""
     actions = args.get("actions")
     if not isinstance(actions, list):
         raise ArgumentError("actions must be a list of {device, actuator, action, value[, hold_for_s]}.")
     wire: dict[str, Any] = {
-        "serviceAccountName": args.get("service_account"), "author": author, "inputs": args.get("inputs"),
+        "serviceAccountName": args.get("service_account"), "author": author,
+        **({"authorGroups": list(groups)} if groups else {}), "inputs": args.get("inputs"),
         "condition": args.get("condition"), "for": f"{_seconds(args, 'for_s', 0)}s",
         "cooldown": f"{_seconds(args, 'cooldown_s', 300)}s", "reason": args.get("reason"),
         "dryRun": bool(args.get("dry_run", False)),
@@ -229,7 +252,8 @@ async def _write(call: Call, ns: str, name: str, body: dict[str, Any] | None, sp
     return await api.request("PUT", path_of(GROUP, VERSION, "rules", ns, name), body=replaced)
 
 
-async def _written(call: Call, written: dict[str, Any], ns: str, name: str, what: str) -> types.CallToolResult:
+async def _written(call: Call, written: dict[str, Any], ns: str, name: str, what: str,
+                   extra: dict[str, Any] | None = None) -> types.CallToolResult:
     rule = _parsed(written)
     meta = rule.metadata
     accepted = acceptance(rule.spec, meta.generation or 0, meta.annotations, call.view.people)
@@ -240,7 +264,8 @@ async def _written(call: Call, written: dict[str, Any], ns: str, name: str, what
         tail += f" {pause_sentence(paused)} It waits at least until they are resumed."
     return ok({"name": f"{ns}/{name}", "generation": meta.generation or 0, "author": rule.spec.author,
                "acts": accepted.acts, "previous_kept": previous_spec(meta.annotations) is not None,
-               "message": f"{what} Rule {ns}/{name} as revision {meta.generation} by {rule.spec.author}. {tail}"})
+               "message": f"{what} Rule {ns}/{name} as revision {meta.generation} by {rule.spec.author}. {tail}",
+               **(extra or {})})
 
 
 class PutRule(Tool):
@@ -261,7 +286,7 @@ class PutRule(Tool):
         ns, name = _where(view, args.get("name"), "update")
         body = await _read(call, ns, name)
         current = _parsed(body).spec if body is not None else None
-        spec = spec_of(args, view.username or "", current)
+        spec = spec_of(args, view.username or "", current, view.groups)
         written = await _write(call, ns, name, body, spec, replacing(current, spec))
         return await _written(call, written, ns, name, "Created" if body is None else "Replaced")
 
@@ -270,8 +295,10 @@ class RestoreRule(Tool):
     name = "iot.rules.restore"
     title = "Restore a Rule's previous revision"
     description = ("Put back the revision a Rule had before its last edit, as your revision; the one it replaces is "
-                   "kept in turn (restoring again toggles back). Your revision acts only once a person accepts it.")
-    input_schema = _BY_NAME
+                   "kept in turn (restoring again toggles back). Give the generation iot.rules.get returned: a Rule "
+                   "changed since is refused, and so is a kept revision the controller never recorded as the Rule's "
+                   "spec. Your revision acts only once a person accepts it.")
+    input_schema = _RESTORE
     output_schema = _WRITTEN
     annotations = _TOGGLES
 
@@ -282,10 +309,19 @@ class RestoreRule(Tool):
         if body is None:
             raise ArgumentError(f"No Rule {ns}/{name}.", "DEVICE_GONE")
         rule = _parsed(body)
+        given, current = args.get("generation"), rule.metadata.generation
+        if given != current:
+            raise ArgumentError(f"Rule {ns}/{name} is at generation {current}, not {given!r}: it changed since you "
+                                "read it. Read it again (iot.rules.get) and restore what you read.")
         try:
-            spec, kept = restoring(rule.spec, rule.metadata.annotations, view.username or "")
+            plan = restore_plan(rule, view.username or "", view.groups)
         except ValueError as err:
             raise ArgumentError(f"Rule {ns}/{name}: {err}.") from None
-        written = await _write(call, ns, name, body, spec, {PREVIOUS_SPEC_ANNOTATION: kept})
-        return await _written(call, written, ns, name, "Restored the previous revision of")
+        # The resourceVersion read goes with the write: a change since is refused by the API server.
+        written = await _write(call, ns, name, body, plan.spec, {PREVIOUS_SPEC_ANNOTATION: plan.kept})
+        restored = {"generation": plan.revision.generation, "author": plan.revision.author,
+                    "spec": safe_data(spec_document(plan.spec), TEXT_LIMIT),
+                    "diff": safe_data(diff(rule.spec, plan.spec)[2:], TEXT_LIMIT)}  # without the file header
+        return await _written(call, written, ns, name, f"Restored generation {plan.revision.generation} (by "
+                                                       f"{plan.revision.author}) of", {"restored": restored})
 

@@ -7,14 +7,17 @@ revision voids: any edit after the first voids the standing ApprovalGrants of th
 the Rule's ServiceAccount, since the edit may change what they end up letting run without a person. The record
 is on disk before any grant's status shows the voiding, and each voided grant cites it.
 
-A grant made after the edit (by the API server's clocks: managedFields, creationTimestamp) is not voided. A
-revision observed before (status.observedGeneration with its revisionAudit: a controller restarted since) is not
-recorded or voided again, so a grant a person renewed stays renewed.
+A grant made after the controller saw the edit (its creationTimestamp, stamped by the API server, against the
+controller's clock when `observe` runs) is not voided. The edit's own time is never read from the Rule: its
+managedFields are written by whoever writes the Rule, and a backdated edit kept the grants it should void (issue 41,
+finding 10). A revision observed before (status.observedGeneration with its revisionAudit: a controller restarted
+since) is not recorded or voided again, so a grant a person renewed stays renewed.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +30,6 @@ from corral.decide.approvals import DEFAULT_PEOPLE, People
 from corral.decide.revisions import (
     REVISED,
     previous_spec_hash,
-    revised_at,
     service_account_username,
     spec_hash,
     voids,
@@ -43,10 +45,12 @@ VOID_ATTEMPTS = 5
 
 
 class Revisions:
-    def __init__(self, kube: Kube, audit: AuditLog, people: People = DEFAULT_PEOPLE) -> None:
+    def __init__(self, kube: Kube, audit: AuditLog, people: People = DEFAULT_PEOPLE,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.kube = kube
         self.audit = audit
         self.people = people
+        self.clock = clock  # when an edit is seen: the controller's own clock, never a time the Rule carries
 
     async def observe(self, rule: Rule) -> AuditCitation | None:
         """Record this revision and void the grants it voids; the record's citation (for status.revisionAudit).
@@ -61,11 +65,11 @@ class Revisions:
         if status is not None and status.observed_generation == generation and status.revision_audit is not None:
             return status.revision_audit  # recorded before a restart: its grants were voided then
         spec = rule.spec
+        seen = self.clock()  # the edit's time (decide.revisions.edit_seen_at)
         grants = await self._grants(namespace) if generation > 1 else []
-        edited = revised_at((meta.model_extra or {}).get("managedFields"))
         to_void = sorted(g.metadata.name or "" for g in grants if voids(
             generation, namespace, spec.service_account_name, g.spec.requester, _voided(g),
-            g.metadata.creation_timestamp, edited))
+            g.metadata.creation_timestamp, seen))
         sealed = await self.audit.seal(REVISED, f"{namespace}/{name}", {
             "rule": name, "namespace": namespace, "generation": generation, "author": spec.author,
             "authorIsPerson": self.people.includes(spec.author), "specHash": spec_hash(spec),

@@ -15,20 +15,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from corral.api.base import Condition
-from corral.api.rule import MAX_RULE_INTENTS, RuleIntent, RuleState, RuleStatus
+from corral.api.rule import MAX_RULE_INTENTS, MAX_RULE_REVISIONS, RuleIntent, RuleRevision, RuleState, RuleStatus
 from corral.decide.rules import Evaluation
 from corral.kube.conditions import Wanted, merge
 
 REFRESH_S = 30.0
 COMPILED, INPUTS_FRESH, ACCEPTED = "Compiled", "InputsFresh", "Accepted"
+CONTRACTS_KNOWN, INTENT_NAMES = "ContractsKnown", "IntentNames"  # set when it fires, kept between evaluations
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one of the Rule's Intents ended (its final code and message), as its watch event said."""
+    """How one of the Rule's Intents ended (its final code and message), as its watch event said, and who asked for
+    it: an Intent under a name the Rule chose counts as the Rule's only when its requester is the Rule's
+    ServiceAccount (anybody may create one under that name, with the Rule's label)."""
 
     code: str
     message: str
+    requester: str
 
 
 def conditions(previous: list[Condition], evaluation: Evaluation, accepted_by: str | None, author: str,
@@ -49,7 +53,16 @@ def conditions(previous: list[Condition], evaluation: Evaluation, accepted_by: s
     else:
         accepted = Wanted(ACCEPTED, "True", "AcceptedByPerson",
                           f"Written by {author}; generation {generation} accepted by {accepted_by}.", generation)
-    return merge(previous, [compiled, fresh, accepted], now)
+    kept = [c for c in previous if c.type in (CONTRACTS_KNOWN, INTENT_NAMES)]
+    return merge(previous, [compiled, fresh, accepted], now) + kept
+
+
+def with_condition(previous: list[Condition], wanted: Wanted, now: datetime) -> list[Condition]:
+    """One condition set (its transition time kept when its status did not move), the others as they were."""
+    new = merge(previous, [wanted], now)[0]
+    if all(c.type != wanted.type for c in previous):
+        return [*previous, new]
+    return [new if c.type == wanted.type else c for c in previous]
 
 
 def _fresh(evaluation: Evaluation, generation: int | None, max_age_s: int) -> Wanted:
@@ -62,26 +75,34 @@ def _fresh(evaluation: Evaluation, generation: int | None, max_age_s: int) -> Wa
     return Wanted(INPUTS_FRESH, "False", reason, "; ".join(evaluation.stale) + ".", generation)
 
 
-def with_outcomes(intents: list[RuleIntent], outcomes: dict[str, Outcome]) -> list[RuleIntent]:
-    """The Intents as status lists them, with each final code known now filled in."""
+def with_outcomes(intents: list[RuleIntent], outcomes: dict[str, Outcome], requester: str) -> list[RuleIntent]:
+    """The Intents as status lists them, with each final code known now filled in: only of an Intent the Rule's
+    ServiceAccount asked for."""
     filled = []
     for entry in intents:
         outcome = outcomes.get(entry.name)
-        if entry.code is None and outcome is not None:
+        if entry.code is None and outcome is not None and outcome.requester == requester:
             entry = entry.model_copy(update={"code": outcome.code[:32]})
         filled.append(entry)
     return filled
 
 
-def made(names: list[tuple[str, str]], earlier: list[RuleIntent], now: datetime) -> list[RuleIntent]:
+def named(new: list[RuleIntent], earlier: list[RuleIntent]) -> list[RuleIntent]:
     """The newest firing's Intents first, then the earlier ones, the last MAX_RULE_INTENTS."""
-    return [RuleIntent(name=name, device=device, created_at=now) for name, device in names][:MAX_RULE_INTENTS] \
-        + earlier[:max(0, MAX_RULE_INTENTS - len(names))]
+    return new[:MAX_RULE_INTENTS] + earlier[:max(0, MAX_RULE_INTENTS - len(new))]
 
 
-def refused_of(intents: list[RuleIntent], names: set[str]) -> RuleIntent | None:
-    """The first of the Intents `names` (the newest firing's) that ended with anything but EXECUTED."""
-    return next((entry for entry in intents if entry.name in names and entry.code not in (None, "EXECUTED")), None)
+def refused_of(intents: list[RuleIntent], firing: int) -> RuleIntent | None:
+    """The first of the Intents of this firing (the newest) that ended with anything but EXECUTED."""
+    return next((entry for entry in intents if entry.firing == firing and entry.code not in (None, "EXECUTED")), None)
+
+
+def recorded(revisions: list[RuleRevision], new: RuleRevision | None) -> list[RuleRevision]:
+    """The recorded revisions, newest first, with `new` (a generation the controller just recorded)."""
+    if new is None or any(r.generation == new.generation and r.spec_hash == new.spec_hash for r in revisions):
+        return revisions
+    kept = [r for r in revisions if r.generation != new.generation]
+    return [new, *kept][:MAX_RULE_REVISIONS]
 
 
 def significant(status: RuleStatus) -> tuple[object, ...]:
@@ -89,6 +110,7 @@ def significant(status: RuleStatus) -> tuple[object, ...]:
     return (status.state, status.code, status.true_since, status.last_fired, status.firings,
             [entry.model_dump() for entry in status.intents], status.accepted_generation,
             status.revision_audit.model_dump() if status.revision_audit is not None else None,
+            [r.model_dump() for r in status.revisions], status.fired_generation,
             [(c.type, c.status, c.reason) for c in status.conditions], status.observed_generation)
 
 
