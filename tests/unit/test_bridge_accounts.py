@@ -138,6 +138,10 @@ def test_the_account_keeper_never_changes_or_deletes_a_client_it_did_not_make() 
     # Not wanted any more (the Secret deleted): still left alone, as is another prefix's client.
     other = {"username": "lamp", "textdescription": marker(Topics("other"), "pw"), "roles": []}
     assert account_plan(TOPICS, {}, [controller, other], []).commands == []
+    # Wanted here, the other prefix's client is Corral's own and is taken over (device ids are unique per broker).
+    taken = account_plan(TOPICS, {"lamp": Account("lamp", "pw")}, [other], []).commands
+    assert [c["command"] for c in taken] == ["createRole", "modifyClient", "modifyClient"]
+    assert taken[1]["textdescription"] == marker(TOPICS, "pw")
 
 
 def test_a_client_corral_made_for_another_purpose_is_made_anew_and_one_of_its_own_is_changed() -> None:

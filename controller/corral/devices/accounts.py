@@ -10,7 +10,7 @@ and the controller's heartbeat. Nothing else is allowed (the broker denies by de
 for, and returns only the commands that close the difference, so a controller that reconnects changes
 nothing when nothing changed; the plugin rewrites its whole state file for every change.
 
-It changes or deletes only clients Corral made: each carries a marker in its description (`marker()`: this prefix,
+It changes or deletes only clients Corral made: each carries a marker in its description (`marker()`: its prefix,
 what it was made for, a digest of its password). A client without it (the controller's own accounts, the broker's
 admin, another tool's) is never modified or deleted, whatever a Secret names: the wanted account of that name is
 refused (`account_plan().refused`), so a Secret naming `corral-controller-0` cannot change the controller's password.
@@ -19,6 +19,7 @@ refused (`account_plan().refused`), so a Secret naming `corral-controller-0` can
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,15 +82,20 @@ def marker(topics: Topics, password: str, purpose: str = DEVICE_PURPOSE) -> str:
 
 
 def managed_by(description: str | None, topics: Topics) -> bool:
+    """Whether this prefix's Corral made the client: only those are deleted when no enrollment wants them."""
     return bool(description) and str(description).startswith(f"corral:{topics.prefix}:")
 
 
-def purpose_of(description: str | None, topics: Topics) -> str | None:
-    """What Corral made the client for, from its marker; None when Corral (of this prefix) did not make it."""
-    if not managed_by(description, topics):
+_MARKER = re.compile(rf"corral:.+?:(?:({BRIDGE_PURPOSE}):)?[0-9a-f]{{16}}")
+
+
+def purpose_of(description: str | None) -> str | None:
+    """What Corral made the client for, from its marker (of any prefix: device ids are unique per broker, so a
+    device moved to another prefix keeps its client); None when Corral did not make it (no marker)."""
+    found = _MARKER.fullmatch(str(description or ""))
+    if found is None:
         return None
-    purpose, sep, _ = str(description)[len(f"corral:{topics.prefix}:"):].partition(":")
-    return purpose if sep else DEVICE_PURPOSE
+    return BRIDGE_PURPOSE if found.group(1) else DEVICE_PURPOSE
 
 
 def plan_accounts(topics: Topics, wanted: Mapping[str, Account], clients: list[dict[str, Any]],
@@ -102,17 +108,18 @@ def account_plan(topics: Topics, wanted: Mapping[str, Account], clients: list[di
                  roles: list[dict[str, Any]]) -> AccountPlan:
     """Commands that make the broker hold exactly the wanted accounts of this prefix.
 
-    `clients` and `roles` are the plugin's verbose listings. Accounts of other prefixes (other controllers
-    on the same broker) and the broker's own accounts are left alone, and a wanted account whose username such a
-    client has is refused. A client Corral made for the other purpose (a device's, now a bridge's name, or the
-    reverse) is made anew: deleted, then created as wanted.
+    `clients` and `roles` are the plugin's verbose listings. A client without Corral's marker (the controller's,
+    the broker's admin, another tool's) is never touched, and a wanted account of its username is refused. A client
+    Corral made under another prefix is taken over when an enrollment here wants it (device ids are unique per
+    broker) and otherwise left alone: only this prefix's unwanted clients are deleted. A client Corral made for the
+    other purpose (a device's, now a bridge's name, or the reverse) is made anew: deleted, then created as wanted.
     """
     have_clients = {c["username"]: c for c in clients}
     have_roles = {r["rolename"]: r for r in roles}
     plan = AccountPlan()
     for device_id, account in sorted(wanted.items()):
         client = have_clients.get(device_id)
-        made_for = purpose_of(client.get("textdescription"), topics) if client is not None else account.purpose
+        made_for = purpose_of(client.get("textdescription")) if client is not None else account.purpose
         if made_for is None:
             plan.refused.append((device_id, "the broker has a client of that name that Corral did not make (the "
                                             "controller's, the admin's or another tool's); it is left alone"))
