@@ -88,9 +88,9 @@ def test_a_rule_guards_its_devices_actuators_and_values_only() -> None:
 
 
 def test_selectors_match_as_kubernetes_label_selectors_do() -> None:
-    valves = replace(MAIN_WATER, devices=(), selector=Selector({"corral.dev/device-type": "water_valve"}))
-    assert applies(valves, "kitchen-sink-valve", {"corral.dev/device-type": "water_valve"}, "open", True)
-    assert not applies(valves, "kitchen-sink-valve", {"corral.dev/device-type": "relay"}, "open", True)
+    valves = replace(MAIN_WATER, devices=(), selector=Selector({"plumbing": "water-valve"}))
+    assert applies(valves, "kitchen-sink-valve", {"plumbing": "water-valve"}, "open", True)
+    assert not applies(valves, "kitchen-sink-valve", {"plumbing": "relay"}, "open", True)
     rooms = Selector(requirements=(Requirement("room", "In", ("kitchen", "utility")), Requirement("test", "DoesNotExist"),
                                    Requirement("floor", "NotIn", ("attic",))))
     assert rooms.matches({"room": "kitchen"}) and rooms.matches({"room": "utility", "floor": "1"})

@@ -15,7 +15,9 @@ checked like any other.
 A grant must say what it covers: Devices by name or by a selector with at least one label or requirement
 (`selector: {}` counts as none), and a list of values or a numeric range. The API server refuses any other
 (an unbounded grant once covered a high-risk lock Intent); the controller, for a grant made before that rule,
-treats an empty selector and a missing list of values as covering nothing.
+treats an empty selector and a missing list of values as covering nothing. Nor may the selector name a label of
+Corral's own domain (corral.dev/location, which an agent may change, ...: api/labels.py); one stored before that
+rule covers nothing.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class ApprovalGrantSpec(KubeModel):
     )
     selector: LabelSelector | None = Field(
         default=None, description="Devices by label (in addition to those named in devices); it needs at least one "
-                                  "matchLabels entry or requirement: an empty selector covers nothing."
+                                  "matchLabels entry or requirement: an empty selector covers nothing. No "
+                                  "corral.dev/ label: only labels people set."
     )
     actuators: Annotated[list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=32)]],
                          Field(min_length=1, max_length=64)] = Field(description="Actuator ids the grant covers.")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, model_validator
 
 from corral.api.base import DNS_LABEL, Condition, JsonValue, KubeModel, Resource, Text512
+from corral.api.labels import derived, read_stored, refusal, selector_rules
 from corral.contract.model import IDENTIFIER_PATTERN
 
 # A condition is written by a person and read by agents: newlines and tabs may lay it out, no other control
@@ -54,7 +55,11 @@ class LabelSelectorRequirement(KubeModel):
 
 class LabelSelector(KubeModel):
     """Devices by label, as a Kubernetes label selector: every matchLabels entry and every expression must match.
-    An empty selector matches every Device of the namespace."""
+    An empty selector matches every Device of the namespace. No key may be in Corral's own label domain
+    (corral.dev/: the location an agent may change, the shard, ...): what guards or covers a Device never selects
+    it by a label an agent can move or the controller derives."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": selector_rules()})
 
     match_labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=64)] | None = Field(
         default=None, description="Labels a Device must carry with exactly these values."
@@ -62,6 +67,18 @@ class LabelSelector(KubeModel):
     match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=16)] | None = Field(
         default=None, description="Requirements a Device's labels must all meet."
     )
+
+    @model_validator(mode="after")
+    def _no_derived_labels(self, info: ValidationInfo) -> LabelSelector:
+        # One stored before this rule is read as it is: the controller fails closed on it (api/labels.py).
+        found = derived(self.label_keys())
+        if found and not read_stored(info.context):
+            raise ValueError(f"the selector key {refusal(found[0])}")
+        return self
+
+    def label_keys(self) -> list[str]:
+        """Every label key the selector names, matchLabels first."""
+        return [*(self.match_labels or {}), *(r.key for r in self.match_expressions or [])]
 
 
 class InterlockGuards(KubeModel):
@@ -124,7 +141,10 @@ class InterlockStatus(KubeModel):
 
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(
         default_factory=list,
-        description="Compiled: True when the condition compiled to a boolean expression, else the compiler's message.",
+        description=("Compiled: True when the condition compiled to a boolean expression, else the compiler's "
+                     "message. SelectorAccepted: False (DerivedLabel) when the selector names a corral.dev/ label "
+                     "(stored before admission refused that): the Interlock then forbids what it guards on every "
+                     "Device of its namespace until a person rewrites the selector."),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(default=None, ge=0, description="The generation the controller compiled.")

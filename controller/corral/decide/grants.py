@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeGuard
 
+from corral.api.labels import refusal
 from corral.contract.values import same_value, shown
 from corral.decide.approvals import DEFAULT_PEOPLE, People
 from corral.decide.selectors import Selector
@@ -41,20 +42,26 @@ class GrantView:
 
 
 def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mapping[str, str], actuator: str,
-                    value: object, risk: str, now: datetime, people: People = DEFAULT_PEOPLE) -> str | None:
-    """The reason the grant does not cover this action, or None when it does."""
+                    value: object, risk: str, now: datetime, people: People = DEFAULT_PEOPLE, *,
+                    then: object = None) -> str | None:
+    """The reason the grant does not cover this action, or None when it does. A timed hold's `then` (what is put
+    back after it, with no further decision) must be a granted value too: a hold is one request about two values."""
     if risk == "critical":
         return "critical-risk actions are never granted in advance"
     if grant.requester != requester:
         return f"it is for {grant.requester}"
     if grant.voided is not None:
         return f"it was voided: {grant.voided}"
+    if grant.selector is not None and grant.selector.derived_keys():  # stored before admission refused such
+        return f"it covers nothing: its selector key {refusal(grant.selector.derived_keys()[0])}; grant anew"
     if device not in grant.devices and not (_selects(grant.selector) and grant.selector.matches(labels)):
         return f"it does not cover Device {device}"
     if actuator not in grant.actuators:
         return f"it does not cover actuator {actuator}"
     if not _value_granted(grant, value):
         return f"it does not cover the value {shown(value)}"
+    if then is not None and not _value_granted(grant, then):
+        return f"it does not cover the value after the hold (then {shown(then)})"
     if now >= grant.expires_at:
         return f"it expired at {grant.expires_at:%Y-%m-%d %H:%M:%S} UTC"
     if grant.used >= grant.uses:
@@ -67,10 +74,12 @@ def why_not_covered(grant: GrantView, requester: str, device: str, labels: Mappi
 
 
 def covering(grants: Iterable[GrantView], requester: str, device: str, labels: Mapping[str, str], actuator: str,
-             value: object, risk: str, now: datetime, people: People = DEFAULT_PEOPLE) -> list[GrantView]:
-    """The grants that cover this action, the one expiring first first (it is the one to spend)."""
+             value: object, risk: str, now: datetime, people: People = DEFAULT_PEOPLE, *,
+             then: object = None) -> list[GrantView]:
+    """The grants that cover this action (and a hold's `then`), the one expiring first first (it is the one to
+    spend)."""
     found = [g for g in grants
-             if why_not_covered(g, requester, device, labels, actuator, value, risk, now, people) is None]
+             if why_not_covered(g, requester, device, labels, actuator, value, risk, now, people, then=then) is None]
     return sorted(found, key=lambda g: (g.expires_at, g.name))
 
 

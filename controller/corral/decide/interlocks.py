@@ -16,6 +16,11 @@ the GIL and cannot be interrupted, so the time limit judges an evaluation afterw
 is what keeps it short.
 
 The verdicts are `decision.InterlockVerdict`s: `decide()` denies with DENY_INTERLOCK when one does not hold.
+
+A rule whose selector names a key of Corral's own label domain (corral.dev/location, which an agent may change,
+the shard, ...; admission refuses it, so only one stored before that rule has it) cannot say which Devices it was
+meant for: it fails closed. It guards every Device of its namespace (for its actuators and values) and forbids
+without evaluating its condition, naming the label, until a person rewrites its selector (`selector_refused`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from cel_expr_python.ext.ext_math import ExtMath
 from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
 
+from corral.api.labels import refusal
 from corral.contract.values import same_value
 from corral.decide.decision import InterlockVerdict, Received
 from corral.decide.selectors import Selector
@@ -93,15 +99,25 @@ def compile_rule(rule: Rule) -> Compiled:
 
 def applies(rule: Rule, device: str, labels: Mapping[str, str], actuator: str, value: object) -> bool:
     """Whether the rule guards setting `actuator` of Device `device` to `value`."""
-    guarded = device in rule.devices or (rule.selector is not None and rule.selector.matches(labels))
-    if not guarded or (rule.actuators and actuator not in rule.actuators):
+    if not guards_device(rule, device, labels) or (rule.actuators and actuator not in rule.actuators):
         return False
     return not rule.values or any(same_value(value, v) for v in rule.values)
 
 
 def guards_device(rule: Rule, device: str, labels: Mapping[str, str]) -> bool:
-    """Whether the rule guards any action on the Device."""
-    return device in rule.devices or (rule.selector is not None and rule.selector.matches(labels))
+    """Whether the rule guards any action on the Device: every Device, when its selector cannot be trusted."""
+    if device in rule.devices or selector_refused(rule) is not None:
+        return True
+    return rule.selector is not None and rule.selector.matches(labels)
+
+
+def selector_refused(rule: Rule) -> str | None:
+    """Why the rule's selector cannot say what it guards (a key Corral derives, an agent may move); None if it can."""
+    found = rule.selector.derived_keys() if rule.selector is not None else []
+    if not found:
+        return None
+    return (f"its selector key {refusal(found[0])}. Until a person rewrites the selector, it guards every Device "
+            "of its namespace and forbids whatever it guards there, whatever its condition says")
 
 
 def recent_readings(samples: Mapping[str, Mapping[str, Received]], max_age_s: float, now_ms: float
@@ -125,6 +141,9 @@ def evaluate(compiled: Compiled, devices: Mapping[str, Mapping[str, Any]], readi
              ) -> InterlockVerdict:
     """Whether the rule holds for this state of the namespace; anything but a plain true forbids."""
     rule = compiled.rule
+    refused = selector_refused(rule)
+    if refused is not None:
+        return InterlockVerdict(rule.name, False, f"{rule.message} ({refused})"[:MESSAGE_LIMIT])
     if not compiled.ok:
         return _forbids(rule, f"its condition does not compile: {compiled.error}")
     started = timer()

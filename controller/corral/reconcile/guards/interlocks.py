@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
@@ -24,6 +24,7 @@ from corral.api.base import ObjectMeta
 from corral.api.codes import GROUP, VERSION
 from corral.api.device import Device
 from corral.api.interlock import Interlock, InterlockStatus, LabelSelector
+from corral.api.labels import READ_STORED
 from corral.decide.decision import InterlockVerdict, Received
 from corral.decide.interlocks import (
     Compiled,
@@ -33,6 +34,7 @@ from corral.decide.interlocks import (
     evaluate,
     guards_device,
     recent_readings,
+    selector_refused,
 )
 from corral.decide.selectors import Requirement, Selector
 from corral.devices.telemetry import Reading
@@ -46,6 +48,7 @@ from corral.kube.workqueue import Result
 log = logging.getLogger(__name__)
 
 COMPILED = "Compiled"
+SELECTOR_ACCEPTED = "SelectorAccepted"
 
 
 class DeviceState(Protocol):
@@ -71,7 +74,13 @@ ViewOf = Callable[[str, str], DeviceState | None]
 
 
 class _Readable(Interlock):
-    """An Interlock as the controller reads it: a status it cannot read is no status (it is written anew)."""
+    """An Interlock as the controller reads it: a status it cannot read is no status (it is written anew), and a
+    selector on a label Corral derives, which admission refuses now, is read as stored (one from before that rule),
+    so that the rule fails closed on it instead of guarding nothing (decide.interlocks.selector_refused)."""
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
+        return super().model_validate(obj, **{**kwargs, "context": READ_STORED})
 
     @field_validator("status", mode="wrap")
     @classmethod
@@ -109,6 +118,8 @@ class Interlocks(WatchedKind[_Readable]):
             self.rules.setdefault(namespace, {})[name] = compiled = compile_rule(rule_of(change.after))
             if compiled.error is not None:
                 log.warning("Interlock %s/%s does not compile: %s", namespace, name, compiled.error)
+            if (refused := selector_refused(compiled.rule)) is not None:
+                log.warning("Interlock %s/%s fails closed: %s", namespace, name, refused)
             self.on_change(namespace)
         self.queue.add(change.key)
 
@@ -137,9 +148,8 @@ class Interlocks(WatchedKind[_Readable]):
         else:
             assert refused is not None
             generation, previous = refused.generation, _status_of(refused)
-        wanted = (Wanted(COMPILED, "True", "Compiled", "The condition compiled to a boolean expression.", generation)
-                  if compiled.ok else Wanted(COMPILED, "False", "CompileError", compiled.error or "", generation))
-        conditions = merge(previous.conditions, [wanted], datetime.now(UTC).replace(microsecond=0))
+        conditions = merge(previous.conditions, _wanted(compiled, generation, parsed=obj is not None),
+                           datetime.now(UTC).replace(microsecond=0))
         status = InterlockStatus(conditions=conditions, observed_generation=generation)
         if _same_status(status, previous):
             return Result.done()
@@ -196,11 +206,25 @@ class Interlocks(WatchedKind[_Readable]):
 
 def rule_of(interlock: Interlock | Body) -> Rule:
     """The Interlock as the judge needs it; `Malformed` if a body does not parse."""
-    obj = interlock if isinstance(interlock, Interlock) else parse(Interlock, interlock)
+    obj = interlock if isinstance(interlock, Interlock) else parse(_Readable, interlock)
     spec, guards = obj.spec, obj.spec.guards
     return Rule(name=obj.metadata.name or "", condition=spec.condition, message=spec.message,
                 devices=tuple(guards.devices), selector=selector_of(guards.selector), actuators=tuple(guards.actuators),
                 values=tuple(guards.values), max_reading_age_s=float(spec.max_reading_age_seconds))
+
+
+def _wanted(compiled: Compiled, generation: int | None, parsed: bool) -> list[Wanted]:
+    """Compiled, and (for an Interlock that parses) SelectorAccepted: False when its selector names a label Corral
+    derives, so that it fails closed (one stored before admission refused such selectors)."""
+    wanted = [Wanted(COMPILED, "True", "Compiled", "The condition compiled to a boolean expression.", generation)
+              if compiled.ok else Wanted(COMPILED, "False", "CompileError", compiled.error or "", generation)]
+    if not parsed:
+        return wanted
+    refused = selector_refused(compiled.rule)
+    wanted.append(Wanted(SELECTOR_ACCEPTED, "True", "NoDerivedLabels",
+                         "Its selector names no label of the corral.dev/ domain.", generation) if refused is None else
+                  Wanted(SELECTOR_ACCEPTED, "False", "DerivedLabel", f"It fails closed: {refused}.", generation))
+    return wanted
 
 
 def _name_and_labels(device: Device | Body) -> tuple[str, Mapping[str, str]]:
