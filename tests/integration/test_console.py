@@ -444,6 +444,49 @@ def test_a_new_request_appears_without_a_reload_and_what_devices_and_agents_wrot
         context.close()
 
 
+def test_a_holds_then_is_on_the_card_and_its_page_and_in_the_question_before_approving(home: Home) -> None:
+    """Issue 41, finding 2: an agent's `locked=true, holdFor: 8s, then: false` once showed only "locked = true";
+    what the hold puts back is approved with it, so the card, the Intent's page and the high-risk question name it."""
+    name = f"lock-{uuid.uuid4().hex[:8]}"
+    spec = {"device": "front-lock", "actuator": "locked", "action": "set_state", "params": {"value": True},
+            "reason": "lock for a moment, then open", "requester": f"system:serviceaccount:{home.namespace}:agent",
+            "holdFor": "8s", "then": {"value": False}}
+    assert submit(home.agent, home.namespace, name, spec).code == "CREATED"
+    assert (wait_settled(home.agent, home.namespace, name, timeout_s=20).get("status") or {}).get("phase") == \
+        "AwaitingApproval"
+    plain = home.ask("front-lock", reason="lock it, no hold")  # positive control: no hold, no Then row
+    context = home.context()
+    page = context.new_page()
+    decisions: list[str] = []
+    page.on("request", lambda r: decisions.append(r.url) if r.method == "POST" and r.url.endswith("/decision") else None)
+    try:
+        home.sign_in(page, home.approver_token)
+        card = page.locator("article.card", has=page.get_by_text("lock for a moment, then open"))
+        expect(card.locator("[data-f=change]")).to_have_text("locked = true")
+        expect(card.locator("[data-f=hold]")).to_have_text("locked = false after 8 s")
+        expect(card.locator("[data-f=then_words]")).to_have_text("Bolt → unlocked")
+        expect(card.locator("[data-f=hold]")).to_be_visible()
+        without = page.locator("article.card", has=page.get_by_text("lock it, no hold"))
+        expect(without.locator("[data-f=change]")).to_have_text("locked = true")
+        expect(without.locator("[data-f=hold]")).to_be_hidden()
+        card.get_by_role("button", name="Approve").click()
+        expect(card.locator("[data-f=confirm]")).to_have_text(
+            "Really set Bolt to “bolt thrown (locked)”, then to “unlocked” after 8 s, on front-lock (lock)? "
+            "This is high risk.")
+        card.get_by_role("button", name="No, go back").click()
+        assert decisions == [] and home.approvals(name) == []
+
+        page.goto(f"{home.url}/intents/{home.namespace}/{name}")  # the Intent's own page says the same
+        detail = page.locator("#detail article.card")
+        expect(detail.locator("[data-f=hold]")).to_have_text("locked = false after 8 s")
+        expect(detail.locator("[data-f=then_words]")).to_have_text("Bolt → unlocked")
+        detail.get_by_role("button", name="Deny").click()  # nothing happens to the lock
+        expect(detail.locator("[data-f=outcome]")).to_have_text("DENIED_BY_APPROVER", timeout=20_000)
+    finally:
+        context.close()
+    assert home.intent(plain)["status"]["phase"] == "AwaitingApproval"
+
+
 def test_every_answer_carries_the_strict_headers(home: Home) -> None:
     for path in ("/", "/static/app.js", "/api/session", f"/intents/{home.namespace}/x", "/missing", "/api/intents",
                  "/favicon.ico"):

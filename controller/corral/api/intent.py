@@ -117,7 +117,9 @@ class IntentSpec(KubeModel):
                      "later change of the actuator by someone else cancels it. Actuating actions only."),
     )
     then: Params | None = Field(
-        default=None, description="With holdFor: the value to set when the hold runs out, instead of the one from before."
+        default=None,
+        description=("With holdFor: the value to set when the hold runs out, instead of the one from before. Part of "
+                     "the request: decided with params (a grant must cover both), in paramsHash, shown to approvers."),
     )
 
     @model_validator(mode="after")
@@ -200,7 +202,8 @@ class IntentStatus(KubeModel):
     risk: Risk | None = Field(default=None, description="Risk of the action, from the contract.")
     level: Level | None = Field(default=None, description="Permission level the action needs, from the contract.")
     params_hash: Annotated[str, Field(pattern=SHA256_HEX, max_length=64)] | None = Field(
-        default=None, description="Canonical hash of device, actuator, action and params; approvals bind to it."
+        default=None, description=("Canonical hash of device, actuator, action and params (and holdFor and then, when "
+                                   "set); approvals bind to it.")
     )
     approval: Annotated[str, Field(max_length=253)] | None = Field(
         default=None, description="Name of the Approval that was consumed, if one was needed."

@@ -57,9 +57,7 @@ def intents(ctx: click.Context, kubeconfig: str | None, context: str | None, nam
         status, spec = item.get("status") or {}, item["spec"]
         if not show_all and status.get("phase") != "AwaitingApproval":
             continue
-        change = f"{spec['actuator']}={shown((spec.get('params') or {}).get('value'))}" if spec["action"] != "read" \
-            else f"read {spec['actuator']}"
-        rows.append((item["metadata"]["name"], spec["device"], change,
+        rows.append((item["metadata"]["name"], spec["device"], change_text(spec),
                      status.get("risk") or "-", status.get("phase") or "Pending", status.get("code") or "-",
                      spec["requester"], written_text(spec.get("reason"))))  # an agent's words, made safe to read
     if not rows:
@@ -128,6 +126,20 @@ def create(client: kubernetes.client.ApiClient, namespace: str, device: str, cha
     click.get_current_context().exit(outcomes.exit_status(code))
 
 
+def change_text(spec: dict[str, Any]) -> str:
+    """What an Intent asks, as people write it: `locked=true`, and a timed hold with what it puts back after it
+    (`locked=true for 8s, then locked=false`), since an approval covers both; made safe to read (an agent wrote it)."""
+    actuator = spec.get("actuator")
+    if spec.get("action") == "read":
+        return written_text(f"read {actuator}")
+    change = f"{actuator}={shown((spec.get('params') or {}).get('value'))}"
+    if spec.get("holdFor") is not None:
+        then = spec.get("then")
+        back = f"{actuator}={shown(then.get('value'))}" if isinstance(then, dict) else "the value from before"
+        change += f" for {spec['holdFor']}, then {back}"
+    return written_text(change)
+
+
 def _value_of(text: str) -> Any:
     try:
         return json.loads(text)
@@ -183,13 +195,21 @@ def deny(client: kubernetes.client.ApiClient, namespace: str, name: str, reason:
 def _decide(client: kubernetes.client.ApiClient, namespace: str, name: str, decision: Literal["Approve", "Deny"],
             reason: str, wait_s: float) -> None:
     try:
-        approval = decide_on(client, namespace, name, decision, reason)
+        shown_intent = kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "intents", name)
+        approval = decide_on(client, namespace, name, decision, reason,
+                             expected_uid=shown_intent["metadata"]["uid"])
     except OwnRequest as err:
         raise Refused(str(err)) from None
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+    except kubernetes.client.ApiException as err:
+        raise click.ClickException(f"the API server refused: {err.status} {err.reason}: {api_message(err)}") from None
     made, me = approval["metadata"]["name"], approval["spec"]["approver"]
     verb = "approval" if decision == "Approve" else "denial"
+    spec = shown_intent["spec"]
+    # Exactly what the Approval binds to (its paramsHash covers a hold's then too), in the words of `corral intents`.
+    click.echo(f"{name}: {verb} of {spec['device']}: {change_text(spec)}, asked by {written_text(spec['requester'])}")
     if wait_s <= 0:
         click.echo(f"{name}: {verb} by {me} made (Approval {made}); not waiting for the controller's verdict")
         return

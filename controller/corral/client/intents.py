@@ -116,12 +116,16 @@ def wait_settled(api_client: kubernetes.client.ApiClient, namespace: str, name: 
 
 
 def decide_on(api_client: kubernetes.client.ApiClient, namespace: str, intent_name: str,
-              decision: Literal["Approve", "Deny"], reason: str = "", lifetime: timedelta = timedelta(minutes=5)
-              ) -> dict[str, Any]:
+              decision: Literal["Approve", "Deny"], reason: str = "", lifetime: timedelta = timedelta(minutes=5),
+              *, expected_uid: str | None = None) -> dict[str, Any]:
     """Create an Approval (or a denial) for the Intent as it is now, in the caller's name. OwnRequest if it is the
-    caller's own request: the controller would refuse that Approval, so it is not made."""
+    caller's own request: the controller would refuse that Approval, so it is not made. `expected_uid`: the Intent
+    the person was shown (another one made under the same name since is refused, as decide_on_async does)."""
     objects = kubernetes.client.CustomObjectsApi(api_client)
     intent = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "intents", intent_name)
+    if expected_uid is not None and intent["metadata"]["uid"] != expected_uid:
+        raise ValueError(f"Intent {intent_name} was replaced by another request under the same name since it was "
+                         "shown; look at it again before deciding")
     status = intent.get("status") or {}
     if status.get("phase") != "AwaitingApproval" or not status.get("paramsHash"):
         raise ValueError(

@@ -20,10 +20,20 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from corral.api.codes import PEOPLE_NAMESPACE
+from corral.api.durations import seconds_of
 from corral.api.pause import paused_of
 from corral.client.enroll import DEVICE_TYPE_LABEL
 from corral.client.intents import outcome_code
-from corral.console.words import change_words, confirmation, outcome_words, said_of, who
+from corral.console.words import (
+    Hold,
+    change_words,
+    confirmation,
+    hold_text,
+    outcome_words,
+    said_of,
+    then_words,
+    who,
+)
 from corral.contract.text import REASON_LIMIT, written_text
 
 WAITING: Final = "AwaitingApproval"
@@ -60,6 +70,9 @@ class IntentView:
     change: str  # e.g. `locked = true`
     # The contract's words (the device's, shown marked so; "" when the contract is unknown or unreadable):
     change_words: str  # e.g. "Bolt → bolt thrown (locked)"
+    # A timed hold is part of the change a person approves: what is put back after it, and when ("" without one).
+    hold: str  # e.g. `locked = false after 8 s`, or `the value from before after 20 min`
+    then_words: str  # `then` in the contract's words, e.g. "Bolt → unlocked"
     device_kind: str  # the contract's product name, e.g. "Door lock"
     contract_says: str  # the actuator's description, e.g. "true = bolt thrown (locked), false = unlocked. ..."
     current: str | None  # the device's reported state of that actuator, e.g. `locked = false`; None: unknown
@@ -129,6 +142,21 @@ def change_of(spec: Mapping[str, Any]) -> str:
     return f"{actuator} = {shown(value)}"
 
 
+def hold_of(spec: Mapping[str, Any]) -> Hold | None:
+    """The Intent's timed hold (holdFor, and then if given); None without one, or with a holdFor that is not a
+    duration (the API server refuses those)."""
+    hold_for = spec.get("holdFor")
+    if not isinstance(hold_for, str):
+        return None
+    try:
+        seconds = seconds_of(hold_for)
+    except ValueError:
+        return None
+    then = spec.get("then")
+    has_then = isinstance(then, Mapping) and "value" in then
+    return Hold(seconds, then.get("value") if isinstance(then, Mapping) else None, has_then)
+
+
 def _reported(device: Mapping[str, Any] | None, actuator: str) -> tuple[bool, Any]:
     reported = ((device or {}).get("status") or {}).get("reported") or {}
     return (True, reported[actuator]) if actuator in reported else (False, None)
@@ -174,7 +202,7 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
     expires = parse_time(status.get("approvalExpiresAt"))
     waiting = status.get("phase") == WAITING
     said = said_of(contract, actuator) if _text(spec.get("action")) not in OVERLAY_CHANGES else None
-    value = (spec.get("params") or {}).get("value")
+    value, hold = (spec.get("params") or {}).get("value"), hold_of(spec)
     known, reported = _reported(device, actuator)
     asker, phase, risk = who(_text(spec.get("requester")), people_namespace), _text(status.get("phase")), \
         _text(status.get("risk")) or "unknown"
@@ -194,6 +222,7 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
         action=_text(spec.get("action")),
         change=change_of(spec),
         change_words=change_words(said, value),
+        hold=hold_text(actuator, hold), then_words=then_words(said, hold),
         device_kind=said.device_kind if said else "",
         contract_says=said.about if said else "",
         current=current,
@@ -216,7 +245,7 @@ def intent_view(intent: Mapping[str, Any], device: Mapping[str, Any] | None, may
         approval=_text(status.get("approval")),
         waiting=waiting,
         may_approve=waiting and may_approve,
-        confirm=confirmation(risk, _title(name, device_type), said, actuator, value),
+        confirm=confirmation(risk, _title(name, device_type), said, actuator, value, hold),
     )
 
 

@@ -111,12 +111,51 @@ def change_words(said: Said | None, value: Any) -> str:
     return f"{said.actuator} → {value_words(said, value)}" if said is not None else ""
 
 
-def confirmation(risk: str, title: str, said: Said | None, actuator: str, value: Any) -> str:
-    """The question a high- or critical-risk approval asks before it is sent; "" for lower risks."""
+def hold_duration(seconds: float | None) -> str:
+    """How long a timed hold lasts, as a person reads it: "8 s", "20 min", "1 h 30 min"; "" without a hold."""
+    if seconds is None:
+        return ""
+    if seconds < 120:
+        return f"{seconds:g} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return " ".join(part for part in (f"{hours} h" if hours else "", f"{minutes} min" if minutes else "") if part)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A timed hold as asked: how long, and what is put back after it (`then`; absent: the value from before)."""
+
+    seconds: float
+    then: Any = None
+    has_then: bool = False
+
+
+def then_words(said: Said | None, hold: Hold | None) -> str:
+    """What a hold puts back, in the contract's words ("Bolt → unlocked"); "" without `then` or a contract."""
+    return change_words(said, hold.then) if hold is not None and hold.has_then else ""
+
+
+def hold_text(actuator: str, hold: Hold | None) -> str:
+    """The hold's exact form, the way the change is written: "locked = false after 8 s"; "" without a hold."""
+    if hold is None:
+        return ""
+    then = written_text(json.dumps(hold.then, ensure_ascii=False), LABEL_TEXT)
+    back = f"{actuator} = {then}" if hold.has_then else "the value from before"
+    return f"{back} after {hold_duration(hold.seconds)}"
+
+
+def confirmation(risk: str, title: str, said: Said | None, actuator: str, value: Any,
+                 hold: Hold | None = None) -> str:
+    """The question a high- or critical-risk approval asks before it is sent; "" for lower risks. A hold's `then`
+    is part of what is approved, so the question names it too."""
     if risk not in HIGH_RISKS:
         return ""
     what = (f"{said.actuator} to “{value_words(said, value)}”" if said is not None
             else f"{actuator} to {json.dumps(value, ensure_ascii=False)}")
+    if hold is not None:
+        back = (f"“{value_words(said, hold.then)}”" if said is not None and hold.has_then
+                else json.dumps(hold.then, ensure_ascii=False) if hold.has_then else "the value from before")
+        what += f", then to {back} after {hold_duration(hold.seconds)},"
     return f"Really set {what} on {title}? This is {risk} risk."
 
 

@@ -235,6 +235,7 @@ class _Working:
 
     actuator: Actuator | None = None
     value: Value | None = None
+    then: Value | None = None  # a timed hold's `then`, checked: decided (grants, approval) with the value
     consumed: tuple[str, ...] = ()
     grant: str | None = None
     refused: tuple[Refusal, ...] = ()
@@ -387,7 +388,11 @@ def _hold(case: Case, working: _Working) -> Decision | None:
     value's, so a hold that is missing, too long or leaves the actuator on is refused before anyone is asked."""
     assert working.actuator is not None
     problem = _hold_problem(case.intent, working.actuator, working.value)
-    return None if problem is None else _final("DENY_ARGUMENTS", problem, working)
+    if problem is not None:
+        return _final("DENY_ARGUMENTS", problem, working)
+    if case.intent.then is not None:
+        working.then = check(working.actuator, case.intent.then)  # valid: _hold_problem checked it
+    return None
 
 
 def _hold_problem(intent: IntentFacts, actuator: Actuator, value: Value | None) -> str | None:
@@ -523,11 +528,13 @@ def _approval(case: Case, working: _Working) -> Decision | None:
     if verdict.state == "approved":
         working.consumed = verdict.approvals
         return None
+    # A hold's `then` is put back later with no decision of its own: a grant covers the hold only if it covers both.
     grants = covering(case.grants, intent.requester, intent.device, case.device.labels, actuator.id, working.value,
-                      actuator.risk, case.now, policy.people)
+                      actuator.risk, case.now, policy.people, then=working.then)
     if grants:
         working.grant = grants[0].name
         return None
+    verdict = replace(verdict, message=verdict.message + _then_not_granted(case, working))
     expires_at = intent.created_at + policy.approval_window
     if intent.dry_run:  # a dry run is never approved: saying how to approve it would send people to a dead end
         return Decision("await_approval", None, f"Risk {actuator.risk}: a real request would wait for {needed} "
@@ -542,6 +549,19 @@ def _approval(case: Case, working: _Working) -> Decision | None:
         f"until {expires_at:%H:%M:%S} UTC (corral approve {intent.name}). {verdict.message}",
         actuator.risk, actuator.level, working.value, expires_at=expires_at,
     )
+
+
+def _then_not_granted(case: Case, working: _Working) -> str:
+    """Why a grant that covers the value does not let the hold run: it does not cover `then` ("" otherwise)."""
+    if working.then is None or working.actuator is None:
+        return ""
+    intent, actuator = case.intent, working.actuator
+    alone = covering(case.grants, intent.requester, intent.device, case.device.labels, actuator.id, working.value,
+                     actuator.risk, case.now, case.policy.people)
+    if not alone:
+        return ""
+    return (f" ApprovalGrant {alone[0].name} covers {actuator.id}={shown(working.value)} but not the value after the "
+            f"hold (then {shown(working.then)}), so a person decides on both.")
 
 
 def _device_online(case: Case, working: _Working) -> Decision | None:

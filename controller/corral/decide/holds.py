@@ -13,6 +13,14 @@ contract, the interlocks guarding the value to put back):
    putting back the earlier state must never fail unsafe.
 3. An interlock forbids the earlier value: the actuator's failsafe value where it has one (the contract's own
    safe state, which the firmware takes with no controller at all), else Refused (the actuator stays).
+
+Only a value the Intent's decision covered skips the pause, the lease and the approval: the value from before
+(no `then`), or a `then` that was decided, granted or approved with the main value (status.paramsHash is the
+hash with `then` in it). A `then` that was not (an Intent decided before `then` was part of the request,
+`revert_covered`) is a new request at the revert: `checks` is the normal pipeline's decision on it, gathered
+by the controller, and only "execute" puts it back. No person can be waiting for a revert, so one that needs
+an approval is Refused, and so is every other refusal: the actuator keeps the value a person did approve
+(never the failsafe value, which is no less a value nobody approved here).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Literal
 from corral.api.codes import INTENTS_MANAGER
 from corral.contract.model import Actuator
 from corral.contract.values import InvalidValue, check, shown
-from corral.decide.decision import InterlockVerdict
+from corral.decide.decision import Decision, InterlockVerdict
 
 RevertKind = Literal["revert", "failsafe", "Cancelled", "Refused"]
 
@@ -96,6 +104,19 @@ class HoldFacts:
     later: LaterIntent | None
     actuator: Actuator | None  # in the device's current contract; None: not known, or no contract
     interlocks: tuple[InterlockVerdict, ...] = ()  # the interlocks guarding revert_to, judged now
+    uncovered: str | None = None  # why the Intent's decision does not cover revert_to (None: it does)
+    checks: Decision | None = None  # when uncovered: the normal pipeline's decision on revert_to as a new request
+
+
+def revert_covered(then_set: bool, decided_hash: str | None, hash_now: str) -> str | None:
+    """Why the value a hold puts back is not covered by its Intent's decision, or None when it is. Without `then`
+    it is the value from before, which the hold records and the design puts back unasked. With `then`, only a
+    decision bound to the hash that holds `then` (decide.idempotency.params_hash) covered it; an Intent decided
+    before that rule carries the older hash in status.paramsHash."""
+    if not then_set or decided_hash == hash_now:
+        return None
+    return ("it was decided before spec.then was part of what an approval or a grant covers (its "
+            "status.paramsHash leaves then out)")
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,8 @@ def judge_revert(facts: HoldFacts) -> Revert:
     except InvalidValue as err:
         return Revert("Refused", None, f"Nothing was put back: {shown(facts.revert_to)} is no longer a valid value "
                                        f"of {where} ({err}); it stays {shown(facts.held)}.")
+    if facts.uncovered is not None:
+        return _as_a_new_request(facts, value)
     forbidding = next((v for v in facts.interlocks if not v.holds), None)
     if forbidding is None:
         return Revert("revert", value, f"The hold ran out: putting back {facts.actuator_id}={shown(value)}.")
@@ -133,6 +156,26 @@ def judge_revert(facts: HoldFacts) -> Revert:
                                             f"{facts.actuator_id}={shown(failsafe)} instead.")
     return Revert("Refused", None, f"The hold ran out. {said}. {facts.actuator_id} has no failsafe value, so it "
                                    f"stays {shown(facts.held)}; a person must decide.")
+
+
+def _as_a_new_request(facts: HoldFacts, value: object) -> Revert:
+    """A `then` the Intent's decision did not cover: put back only if it passes every check of a new request."""
+    said = f"{facts.actuator_id}={shown(value)} (spec.then) is not covered by this Intent's approval: {facts.uncovered}"
+    checks = facts.checks
+    if checks is not None and checks.outcome == "execute":
+        return Revert("revert", value, f"The hold ran out: putting back {facts.actuator_id}={shown(value)}. {said}; "
+                                       "it passed the checks of a new request (pause, lease, interlocks, approval).")
+    if checks is None:
+        why = "it was not checked"
+    elif checks.outcome == "await_approval":
+        why = f"at risk {checks.risk} it needs a person's approval, which a revert cannot wait for"
+    elif checks.outcome == "await_hold":
+        why = f"{checks.message}"
+    else:
+        why = f"it would be refused {checks.code}: {checks.message}"
+    return Revert("Refused", None, f"The hold ran out. Not put back: {said}, so it must pass the checks of a new "
+                                   f"request, and {why}. {facts.actuator_id} stays {shown(facts.held)}; a person "
+                                   "must decide.")
 
 
 def _changed_by(facts: HoldFacts) -> str | None:

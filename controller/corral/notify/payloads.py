@@ -246,10 +246,24 @@ class ApprovalRequest:
     reason: str
     expires_at: str | None
     link: str | None
+    # A timed hold is part of what a person approves: how long (spec.holdFor, as written), and what is put back
+    # after it (spec.then; without it, the value from before).
+    hold_for: str | None = None
+    then: bool | int | float | str | None = None
+    has_then: bool = False
 
     @property
     def value_text(self) -> str:
         return clean(json.dumps(self.value, ensure_ascii=False), VALUE_LIMIT)
+
+    @property
+    def hold_text(self) -> str:
+        """ for 8s, then locked = false" (with a leading space), or "" without a hold."""
+        if self.hold_for is None:
+            return ""
+        back = (f"{self.actuator} = {clean(json.dumps(self.then, ensure_ascii=False), VALUE_LIMIT)}" if self.has_then
+                else "the value from before")
+        return f" for {self.hold_for}, then {back}"
 
     @property
     def expires(self) -> datetime | None:
@@ -281,6 +295,9 @@ class _Asked:
     requester: object
     reason: object
     expires: datetime | None
+    hold_for: object = None
+    then: object = None
+    has_then: bool = False
 
 
 def _asked(intent: Intent) -> _Asked:
@@ -289,27 +306,26 @@ def _asked(intent: Intent) -> _Asked:
     return _Asked(meta.namespace, meta.name, meta.uid, spec.device, spec.actuator, spec.action,
                   spec.params.value if spec.params is not None else None, status.risk if status is not None else None,
                   spec.requester, spec.reason,
-                  expires if expires is None or expires.tzinfo else expires.replace(tzinfo=UTC))
+                  expires if expires is None or expires.tzinfo else expires.replace(tzinfo=UTC),
+                  spec.hold_for, spec.then.value if spec.then is not None else None, spec.then is not None)
 
 
 def _asked_leniently(body: Mapping[str, Any]) -> _Asked:
     """A body read field by field, as it came: a message must not depend on the Intent's schema staying as it is."""
     meta, spec = body["metadata"], body["spec"]
     status = body.get("status") or {}
+    then = spec.get("then")
     return _Asked(meta["namespace"], meta["name"], meta.get("uid"), spec["device"], spec["actuator"], spec["action"],
                   (spec.get("params") or {}).get("value"), status.get("risk"), spec.get("requester"),
-                  spec.get("reason"), _parse_time(status.get("approvalExpiresAt")))
+                  spec.get("reason"), _parse_time(status.get("approvalExpiresAt")), spec.get("holdFor"),
+                  then.get("value") if isinstance(then, Mapping) else None, isinstance(then, Mapping))
 
 
 def approval_request(intent: Intent | Mapping[str, Any], console_url: str | None) -> ApprovalRequest:
     """From an Intent (the model the Intent controller holds; a body as the API server returned it is read
     leniently), status included."""
     asked = _asked(intent) if isinstance(intent, Intent) else _asked_leniently(intent)
-    value = asked.value
-    if isinstance(value, str):
-        value = clean(value, VALUE_LIMIT)
-    elif not isinstance(value, bool | int | float):
-        value = None
+    value, then = _scalar(asked.value), _scalar(asked.then)
     risk, expires = asked.risk, asked.expires
     # Names, the device, the actuator and the action are constrained by the CRD (DNS labels, identifiers); cleaned
     # and bounded all the same, so a message never depends on that schema staying as it is.
@@ -321,7 +337,17 @@ def approval_request(intent: Intent | Mapping[str, Any], console_url: str | None
         requester=clean(str(asked.requester or ""), REQUESTER_LIMIT), reason=clean(str(asked.reason or ""), REASON_LIMIT),
         expires_at=expires.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if expires else None,
         link=intent_link(console_url, str(asked.namespace), str(asked.name)),
+        hold_for=clean(asked.hold_for, 32) if isinstance(asked.hold_for, str) else None, then=then,
+        has_then=asked.has_then,
     )
+
+
+def _scalar(value: object) -> bool | int | float | str | None:
+    """A value from the requester as a message may carry it: a string cleaned and bounded, a number or a boolean
+    as it is, anything else None."""
+    if isinstance(value, str):
+        return clean(value, VALUE_LIMIT)
+    return value if isinstance(value, bool | int | float) else None
 
 
 def title(request: ApprovalRequest) -> str:
@@ -331,8 +357,8 @@ def title(request: ApprovalRequest) -> str:
 def plain_text(request: ApprovalRequest) -> str:
     """The message as plain text (ntfy's body, and `text` of the json kind)."""
     lines = [
-        f"{request.requester} asks to {request.action} {request.actuator} = {request.value_text} on "
-        f"{request.device} (namespace {request.namespace}, {request.risk} risk).",
+        f"{request.requester} asks to {request.action} {request.actuator} = {request.value_text}{request.hold_text} "
+        f"on {request.device} (namespace {request.namespace}, {request.risk} risk).",
         f"Reason given: {request.reason}",
         f"Intent {request.name}" + (f", waiting until {request.expires_at}." if request.expires_at else "."),
     ]
@@ -361,8 +387,9 @@ def slack_text(request: ApprovalRequest) -> str:
     lines = [
         f"{icon} *Approval needed* ({slack_escape(request.risk)} risk) in `{slack_escape(request.namespace)}`",
         f"{_slack_literal(request.requester)} asks to {slack_escape(request.action)} "
-        f"`{slack_escape(request.actuator)}` = {_slack_literal(request.value_text)} on "
-        f"`{slack_escape(request.device)}`",
+        f"`{slack_escape(request.actuator)}` = {_slack_literal(request.value_text)}"
+        + (f" {_slack_literal(request.hold_text.strip())}" if request.hold_text else "")
+        + f" on `{slack_escape(request.device)}`",
         f"Reason given: {_slack_literal(request.reason)}",
     ]
     until = f"Waiting until {request.expires_at}. " if request.expires_at else ""
@@ -380,6 +407,9 @@ def json_document(request: ApprovalRequest) -> dict[str, Any]:
         "type": "corral.dev/AwaitingApproval",
         "intent": {"namespace": request.namespace, "name": request.name, "uid": request.uid},
         "device": request.device, "action": request.action, "actuator": request.actuator, "value": request.value,
+        # A hold's fields only with a hold: what is put back after holdFor (then; absent: the value from before).
+        **({"holdFor": request.hold_for} if request.hold_for is not None else {}),
+        **({"then": request.then} if request.has_then else {}),
         "risk": request.risk, "requester": request.requester, "reason": request.reason,
         "expiresAt": request.expires_at, "link": request.link, "title": title(request), "text": plain_text(request),
     }

@@ -249,6 +249,12 @@
     field(card, "change_words").hidden = !item.change_words;
     field(card, "change_words").title = "in the words of the device's contract";
     set(card, "change", item.change);
+    // A timed hold is part of what is approved: what is put back after it, in the same words.
+    set(card, "then_words", item.then_words);
+    field(card, "then_words").hidden = !item.then_words;
+    field(card, "then_words").title = "in the words of the device's contract";
+    set(card, "hold", item.hold);
+    field(card, "hold_row").hidden = !item.hold;
     set(card, "contract_says", item.contract_says);
     set(card, "contract_whose", item.device_kind
       ? `the device's words (its “${item.device_kind}” contract), not Corral's`

@@ -14,6 +14,7 @@ from typing import Any
 import mcp_types as types
 
 from corral.api.codes import FINAL_PHASES
+from corral.api.durations import seconds_of
 from corral.client.intents import outcome_code, submit_async
 from corral.contract.text import bounded, quoted_data
 from corral.gateway.pauses import pause_sentence, paused_text
@@ -22,6 +23,7 @@ from corral.obs import tracing
 
 MESSAGE_LIMIT = 1024  # an outcome's message, as the Intent's status holds it
 DEVICE_ERROR_LIMIT = 300  # as the controller cuts an ack's error
+THEN_LIMIT = 64  # a string `then` in an answer (a requester's text, made safe)
 
 
 def parts(intent: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -34,7 +36,7 @@ def parts(intent: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[
 def outcome(intent: dict[str, Any], request_id: str, code: str | None = None, message: str | None = None
             ) -> dict[str, Any]:
     """An Intent (as the API server returned it) as the tools' outcome: its text passed on as it was written."""
-    meta, _, status = parts(intent)
+    meta, spec, status = parts(intent)
     phase = status.get("phase")
     dry_run = phase == "DryRun"
     code = code or outcome_code(status)
@@ -54,7 +56,28 @@ def outcome(intent: dict[str, Any], request_id: str, code: str | None = None, me
     return {"request_id": request_id, "intent": f"{meta.get('namespace')}/{meta.get('name')}", "code": code,
             "message": bounded(message, MESSAGE_LIMIT), "phase": phase, "dry_run": dry_run,
             "before": status.get("before"), "after": status.get("after"),
-            **({"device_error": device_error} if device_error is not None else {})}
+            **({"device_error": device_error} if device_error is not None else {}), **hold_answer(spec, status)}
+
+
+def hold_answer(spec: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """A timed hold as asked and as it stands: `hold_for_s`, `then` (what is put back; absent: the value from
+    before) and `hold` (state, until, revert_to), so the caller sees exactly what was decided and approved; {}
+    without a hold."""
+    hold_for = spec.get("holdFor")
+    if not isinstance(hold_for, str):
+        return {}
+    try:
+        answer: dict[str, Any] = {"hold_for_s": seconds_of(hold_for)}
+    except ValueError:
+        return {}
+    then = spec.get("then")
+    if isinstance(then, dict) and "value" in then:
+        value = then["value"]
+        answer["then"] = bounded(value, THEN_LIMIT) if isinstance(value, str) else value
+    hold = status.get("hold")
+    if isinstance(hold, dict):
+        answer["hold"] = {"state": hold.get("state"), "until": hold.get("until"), "revert_to": hold.get("revertTo")}
+    return answer
 
 
 def phase_of(intent: dict[str, Any]) -> Any:

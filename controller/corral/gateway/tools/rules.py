@@ -81,7 +81,8 @@ _PUT = {"type": "object", "properties": {
     "additionalProperties": False}
 _REPLACES = {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False, "openWorldHint": False}
 _TOGGLES = {"readOnlyHint": False, "idempotentHint": False, "destructiveHint": False, "openWorldHint": False}
-_AGENT_REVISION = ("An agent's revision acts only once a person accepts it (corral rules accept {name} -n {ns}), and it "
+_AGENT_REVISION = ("An agent's revision acts only once a person accepts it (corral rules accept {name} --generation "
+                   "{generation} -n {ns}, after reading it), and it "
                    "obeys the agents' pause. The previous revision is kept: iot.rules.restore puts it back in one call.")
 
 
@@ -258,7 +259,7 @@ async def _written(call: Call, written: dict[str, Any], ns: str, name: str, what
     meta = rule.metadata
     accepted = acceptance(rule.spec, meta.generation or 0, meta.annotations, call.view.people)
     tail = ("It acts now (you are a person)." if accepted.acts else
-            "It does not act yet. " + _AGENT_REVISION.format(name=name, ns=ns))
+            "It does not act yet. " + _AGENT_REVISION.format(name=name, ns=ns, generation=meta.generation or 0))
     paused = None if accepted.acts else (await call.view.pauses()).get(ns)
     if paused is not None:
         tail += f" {pause_sentence(paused)} It waits at least until they are resumed."

@@ -68,8 +68,11 @@ class Dispatch:
             self.outcomes.event(intent, "AwaitingApproval", "Decide", decision.message)
             if self.on_awaiting is not None:
                 self.on_awaiting(written)
-        elif status.message != decision.message[:MESSAGE_LIMIT]:
-            await self.outcomes.write(intent, {"message": decision.message}, "awaiting-approval")  # a refused approval
+        elif status.message != decision.message[:MESSAGE_LIMIT] or status.params_hash != base["params_hash"]:
+            # A refused approval; or a hash computed otherwise since it began to wait (a hold's then is in it now):
+            # approvals are made for the one written here, so it must be the one they are judged against.
+            await self.outcomes.write(intent, {"message": decision.message, "params_hash": base["params_hash"]},
+                                      "awaiting-approval")
         return Result.after(max(0.1, (decision.expires_at - now).total_seconds() + 0.1))
 
     async def _dry_run(self, intent: StoredIntent, view: DeviceView | None, decision: Decision,

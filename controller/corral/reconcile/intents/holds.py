@@ -13,12 +13,17 @@ the Intents executed since on the same actuator; the current contract; the inter
 Intent's field manager and a command id of its own (`r-...`, so a restart resends the same one); the device's ack
 ends it (`intent.reverted`, then the status: Reverted, Failsafe or Failed). A Cancelled or Refused hold is one
 record and one status write. Each end is an Event on the Intent.
+
+A `then` the Intent's decision did not cover (decided before `then` was bound by approvals and grants:
+status.paramsHash is not the hash with `then`) is decided at the revert as a new request of the requester
+(`_checks`: RBAC, pause, contract hold, interlocks, lease, approval, device online); it skips nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,8 +32,17 @@ from corral.api.durations import seconds_of
 from corral.api.intent import HoldState, HoldStatus
 from corral.contract.model import Actuator
 from corral.contract.values import shown
-from corral.decide.decision import InterlockVerdict
-from corral.decide.holds import HoldFacts, LaterIntent, TargetNow, judge_revert, pending_hold, revert_command_id
+from corral.decide.decision import Decision, InterlockVerdict, decide
+from corral.decide.holds import (
+    HoldFacts,
+    LaterIntent,
+    TargetNow,
+    judge_revert,
+    pending_hold,
+    revert_command_id,
+    revert_covered,
+)
+from corral.decide.idempotency import params_hash
 from corral.kube.cache import TypedCache
 from corral.kube.client import ApiError
 from corral.kube.objects import FieldConflict, Kube
@@ -41,8 +55,11 @@ from corral.reconcile.intents.facts import (
     StoredIntent,
     checked_value,
     created_at,
+    device_labels,
+    facts_of,
     name_of,
     namespace_of,
+    spec_body,
     status_of,
     uid_of,
     value_of,
@@ -166,10 +183,28 @@ class HoldReverts:
         interlocks = self.gatherer.interlocks
         if interlocks is not None and view is not None and actuator is not None and hold.revert_to is not None:
             verdicts = interlocks.verdicts(namespace, view.body, spec.actuator, hold.revert_to, self.devices.view)
+        uncovered = revert_covered(spec.then is not None, status_of(intent).params_hash,
+                                   params_hash(namespace, spec_body(intent)))
+        checks = None
+        if uncovered is not None and view is not None and actuator is not None and hold.revert_to is not None:
+            checks = await self._checks(intent, view, hold.revert_to, verdicts)
         return HoldFacts(intent=intent.metadata.name or "", device=spec.device, actuator_id=spec.actuator,
                          held=checked if checked is not None else value_of(intent), revert_to=hold.revert_to,
                          target=target_now(body, spec.actuator) if body is not None else None,
-                         later=self._later(intent), actuator=actuator, interlocks=verdicts)
+                         later=self._later(intent), actuator=actuator, interlocks=verdicts, uncovered=uncovered,
+                         checks=checks)
+
+    async def _checks(self, intent: StoredIntent, view: DeviceView, value: Any,
+                      interlocks: tuple[InterlockVerdict, ...]) -> Decision:
+        """The normal pipeline's decision on putting `value` back, as a new request of the Intent's requester made
+        now: no hold of its own, no approval (nobody was asked), no grant spent, the guards as they are now."""
+        namespace, gatherer = namespace_of(intent), self.gatherer
+        facts, device = facts_of(intent, view, device_labels(view))
+        facts = replace(facts, value=value, hold_for_s=None, then=None, based_on=(), cancelled=None, dry_run=False,
+                        created_at=datetime.now(UTC), rule=gatherer.origin_of(intent))
+        may = await gatherer.requester_may(facts, device, namespace, intent.spec.requester_groups)
+        guards = replace(gatherer.guards(intent, view), interlocks=interlocks)
+        return decide(facts, device, may, (), "", datetime.now(UTC), gatherer.policy, guards)
 
     def _later(self, intent: StoredIntent) -> LaterIntent | None:
         """Another Intent executed on the same device and actuator after this one (decided later; in the same

@@ -131,9 +131,11 @@ class Outcomes:
     async def record(self, kind: str, intent: StoredIntent, data: dict[str, Any]) -> Sealed:
         """On disk before anything reveals it; Unwritable when it cannot be. Where it landed, to cite."""
         spec, asked = intent.spec, spec_body(intent)
+        # A hold is part of what was asked and decided: what is put back, and when.
+        held: dict[str, Any] = {key: asked[key] for key in ("holdFor", "then") if key in asked}
         facts = {"device": spec.device, "action": spec.action, "actuator": spec.actuator,
                  "params": asked.get("params"), "requester": spec.requester, "reason": spec.reason,
-                 "basedOn": asked.get("basedOn") or [], **data}
+                 "basedOn": asked.get("basedOn") or [], **held, **data}
         if kind == DECIDED:  # what a replay of this name is compared with once the Intent is gone (audit.requests)
             facts[IDENTITY] = identity_hash(asked)
         return await self.audit.seal(kind, name_of(intent), facts, uid=uid_of(intent),
