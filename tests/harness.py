@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import kubernetes
+import yaml
 
 from corral.api import KINDS
 from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
+from corral.api.roles import USER_ROLE_RULES
 from corral.client.apply import apply_yaml as apply
 from corral.devcluster.plane import Plane
 
@@ -146,6 +148,17 @@ def grant(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, name
     client = api_client(plane, token=service_account_token(admin, account_namespace, account))
     wait_until_allowed(client, wait_verb, namespace, "devices")
     return client
+
+
+def bind_approver(admin: kubernetes.client.ApiClient, namespace: str, account: str) -> None:
+    """The chart's approver role in `namespace`, bound to the person's ServiceAccount `account` (in PEOPLE_NAMESPACE):
+    a person who approves, grants in advance, pauses agents and keeps Rules."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "approver"},
+            "rules": USER_ROLE_RULES["approver"]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "approver"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approver"},
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": PEOPLE_NAMESPACE}]}
+    apply_yaml(admin, yaml.safe_dump_all([role, binding]), namespace)
 
 
 def token_of(client: kubernetes.client.ApiClient) -> str:

@@ -21,10 +21,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 
 from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, PEOPLE_NAMESPACE, VERSION
-from corral.api.roles import USER_ROLE_RULES
 from corral.audit.log import read_records
 from corral.client.intents import submit, wait_settled
 from corral.devcluster.plane import Plane
@@ -33,7 +31,7 @@ from tests.fleet_harness import running_fleet
 from tests.gateway_harness import capabilities_readable, grant_agent, kubeconfig_for, stdio_client
 from tests.harness import (
     api_client,
-    apply_yaml,
+    bind_approver,
     grant,
     kubectl,
     person_name,
@@ -98,13 +96,7 @@ def house(plane: Plane, corral_api: kubernetes.client.ApiClient, namespace: str,
     agent_kubeconfig = kubeconfig_for(plane, token, tmp_path / "agent.kubeconfig", namespace)
     # The person may act on the light, and has the chart's approver role (which lets them pause agents).
     person = grant(plane, corral_api, namespace, "parent", "[get, list, read, write]", "[get]", "write", person=True)
-    approver = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "approver"},
-                "rules": USER_ROLE_RULES["approver"]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "approver"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approver"},
-               "subjects": [{"kind": "ServiceAccount", "name": person_name(namespace, "parent"),
-                             "namespace": PEOPLE_NAMESPACE}]}
-    apply_yaml(corral_api, yaml.safe_dump_all([approver, binding]), namespace)
+    bind_approver(corral_api, namespace, person_name(namespace, "parent"))
     person_kubeconfig = kubeconfig_for(plane, service_account_token(corral_api, PEOPLE_NAMESPACE,
                                                                     person_name(namespace, "parent")),
                                        tmp_path / "parent.kubeconfig", namespace)

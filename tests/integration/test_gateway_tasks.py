@@ -23,7 +23,6 @@ from typing import Any, Literal
 import kubernetes
 import mcp_types as types
 import pytest
-import yaml
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
@@ -32,7 +31,6 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, TypeAdapter
 
 from corral.api.codes import GROUP, PEOPLE_NAMESPACE, VERSION
-from corral.api.roles import USER_ROLE_RULES
 from corral.audit.log import read_records
 from corral.client.intents import decide_on
 from corral.devcluster.plane import Plane
@@ -40,7 +38,14 @@ from corral.gateway.tasks import APPROVAL_PAGE_KEY, EXTENSION
 from tests.controller_harness import device, running_controller
 from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import MODERN, HttpGateway, capabilities_readable, grant_agent, http_client
-from tests.harness import api_client, apply_yaml, fresh_namespace, service_account_token, wait_for, wait_until_allowed
+from tests.harness import (
+    api_client,
+    bind_approver,
+    fresh_namespace,
+    service_account_token,
+    wait_for,
+    wait_until_allowed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -152,13 +157,7 @@ def _a_person(plane: Plane, admin: kubernetes.client.ApiClient, namespace: str, 
     except kubernetes.client.ApiException as err:
         if err.status != 409:
             raise
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "approver"},
-            "rules": USER_ROLE_RULES["approver"]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "approver"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approver"},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PEOPLE_NAMESPACE}]}
-    for body in (role, binding):
-        apply_yaml(admin, yaml.safe_dump(body), namespace)
+    bind_approver(admin, namespace, name)
     person = api_client(plane, token=service_account_token(admin, PEOPLE_NAMESPACE, name))
     wait_until_allowed(person, "approve", namespace, "devices")
     return person

@@ -25,10 +25,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 
 from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, PEOPLE_NAMESPACE, VERSION
-from corral.api.roles import USER_ROLE_RULES
 from corral.client.intents import approval_body, decide_on, identity, submit, wait_settled
 from corral.decide.idempotency import params_hash
 from corral.devcluster.plane import Plane
@@ -37,7 +35,7 @@ from tests.fleet_harness import hardware_applies, running_fleet
 from tests.gateway_harness import capabilities_readable, grant_agent, kubeconfig_for, stdio_client
 from tests.harness import (
     api_client,
-    apply_yaml,
+    bind_approver,
     fresh_namespace,
     grant,
     person_name,
@@ -118,14 +116,7 @@ def site(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
         person = grant(plane, corral_api, namespace, "parent", "[get, list, read, write, approve]",
                        "[get, list, create]", "approve", person=True)
         # The chart's approver role: the person grants in advance and pauses agents.
-        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "approver"},
-                "rules": USER_ROLE_RULES["approver"]}
-        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": "approver"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approver"},
-                   "subjects": [{"kind": "ServiceAccount", "name": person_name(namespace, "parent"),
-                                 "namespace": PEOPLE_NAMESPACE}]}
-        apply_yaml(corral_api, yaml.safe_dump_all([role, binding]), namespace)
+        bind_approver(corral_api, namespace, person_name(namespace, "parent"))
         person_kubeconfig = kubeconfig_for(plane, service_account_token(corral_api, PEOPLE_NAMESPACE,
                                                                         person_name(namespace, "parent")),
                                            logs / "parent.kubeconfig", namespace)

@@ -17,16 +17,14 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 
-from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, PEOPLE_NAMESPACE, VERSION
-from corral.api.roles import USER_ROLE_RULES
+from corral.api.codes import API_VERSION, FINAL_PHASES, GROUP, VERSION
 from corral.audit.log import read_records
 from corral.client.intents import decide_on, submit, wait_settled
 from corral.devcluster.plane import Plane
 from tests.controller_harness import ControllerProcess, device, events, set_target
 from tests.fleet_harness import hardware_applies, running_fleet
-from tests.harness import apply_yaml, fresh_namespace, grant, person_name, person_user, wait_for
+from tests.harness import bind_approver, fresh_namespace, grant, person_name, person_user, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -91,13 +89,7 @@ def hall(plane: Plane, corral_api: kubernetes.client.ApiClient, tmp_path_factory
         person = grant(plane, corral_api, namespace, "parent", "[get, list, read, write, approve]",
                        "[get, list, create]", "approve", person=True)
         # The chart's approver role: the person may pause agents.
-        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "approver"},
-                "rules": USER_ROLE_RULES["approver"]}
-        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "approver"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approver"},
-                   "subjects": [{"kind": "ServiceAccount", "name": person_name(namespace, "parent"),
-                                 "namespace": PEOPLE_NAMESPACE}]}
-        apply_yaml(corral_api, yaml.safe_dump_all([role, binding]), namespace)
+        bind_approver(corral_api, namespace, person_name(namespace, "parent"))
         with running_fleet(plane, prefix, {LIGHT: "light", HEATER: "space_heater"},
                            enroll_in=(corral_api, namespace)) as fleet:
             controller = ControllerProcess(plane, namespace, prefix, logs / "controller.log", "--approval-window", "60")
