@@ -81,13 +81,16 @@ app.kubernetes.io/component: {{ $component }}
 {{- end }}
 
 {{/* JSON list of the only namespaces whose bridge and source Secrets make broker accounts (`--bridge-namespace`):
-controller.bridgeNamespaces, else the release namespace (the chart's bridge Secret) and the device namespace (where
-people register sources: a source's devices are accepted in its namespace). */}}
+controller.bridgeNamespaces, else the device namespace (where people register sources: a source's devices are
+accepted in its namespace) and, with bridge.enabled, the release namespace (the chart's bridge Secret). Without the
+bridge the release namespace stays unwatched: the controller reads only its own Secrets there, by name. */}}
 {{- define "corral.bridgeNamespaces" -}}
 {{- if .Values.controller.bridgeNamespaces }}
 {{- toJson (uniq .Values.controller.bridgeNamespaces) }}
-{{- else }}
+{{- else if .Values.bridge.enabled }}
 {{- toJson (list .Release.Namespace (include "corral.deviceNamespace" .) | uniq) }}
+{{- else }}
+{{- toJson (list (include "corral.deviceNamespace" .)) }}
 {{- end }}
 {{- end }}
 
