@@ -5,15 +5,18 @@ The attack as it was replayed: an Interlock on `corral.dev/location=nursery` ref
 agent's `iot.set_location "Garage"` (the `annotate` verb, no approval) was EXECUTED, the label became `garage`, and
 setpoint 30 was EXECUTED. Now the API server refuses an Interlock or an ApprovalGrant that selects by a label Corral
 derives, saying which and why, and admits one on a label only people set; an Interlock on the heater by name still
-refuses 30 after the agent renamed its location, and still allows 22.
+refuses 30 after the agent renamed its location, and still allows 22. An Interlock on the location stored before
+the upgrade (the CRD without its rules) fails closed: after the rename it still refuses 30, naming the label.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -148,3 +151,91 @@ def test_an_agent_that_renames_the_heaters_location_leaves_it_guarded(nursery: N
     assert still_too_warm["code"] == "DENY_INTERLOCK" and "nursery-heat" in still_too_warm["message"], still_too_warm
     assert still_mild["code"] == "EXECUTED", still_mild
     assert 30 not in nursery.setpoints() and nursery.setpoints() == [22, 22.5], nursery.setpoints()
+
+
+@contextmanager
+def selector_rules_lifted(admin: kubernetes.client.ApiClient) -> Iterator[None]:
+    """The Interlock CRD as it was before the check (its selector without the rules on derived labels), for as long
+    as the block runs: what a cluster upgraded from the last release still stores. The CRD is put back after."""
+    crds = kubernetes.client.ApiextensionsV1Api(admin)
+    name = f"interlocks.{GROUP}"
+
+    def read() -> dict[str, Any]:
+        crd: dict[str, Any] = json.loads(crds.read_custom_resource_definition(name, _preload_content=False).data)
+        crd["metadata"] = {"name": name, "resourceVersion": crd["metadata"]["resourceVersion"]}
+        crd.pop("status", None)
+        return crd
+
+    current = read()
+    before = copy.deepcopy(current)
+    for version in before["spec"]["versions"]:
+        guards = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["guards"]
+        assert guards["properties"]["selector"].pop("x-kubernetes-validations"), "the rules this test lifts"
+    crds.replace_custom_resource_definition(name, before)
+    try:
+        yield
+    finally:
+        current["metadata"]["resourceVersion"] = read()["metadata"]["resourceVersion"]
+        crds.replace_custom_resource_definition(name, current)
+
+
+def test_an_interlock_on_the_location_stored_before_the_upgrade_fails_closed_when_the_agent_renames(
+        nursery: Nursery) -> None:
+    """The finding's own replay, on a cluster upgraded with such an Interlock already stored (the CRD rule did not
+    exist when it was made): the agent's rename no longer lets setpoint 30 through, the Interlock says why on its
+    status, and a value it does not guard still runs."""
+    with suppress(kubernetes.client.ApiException):  # the by-name Interlock of the test before, if it ran
+        nursery.objects().delete_namespaced_custom_object(GROUP, VERSION, nursery.namespace, "interlocks",
+                                                          "nursery-heat")
+    nursery.objects().patch_namespaced_custom_object(GROUP, VERSION, nursery.namespace, "devices", HEATER,
+                                                     {"spec": {"overlay": {"location": "Nursery"}}})
+    wait_for(lambda: nursery.location_label() == "nursery", "the location label nursery")
+    old = interlock("nursery-by-location", {"selector": {"matchLabels": {LOCATION_LABEL: "nursery"}}})
+
+    def stored() -> bool:
+        try:
+            nursery.objects().create_namespaced_custom_object(GROUP, VERSION, nursery.namespace, "interlocks", old)
+        except kubernetes.client.ApiException as err:
+            if err.status != 422:  # the API server still serving the CRD with its rules: try again
+                raise
+            return False
+        return True
+
+    with selector_rules_lifted(nursery.admin):
+        wait_for(stored, "the Interlock stored by the CRD of the last release", timeout_s=30)
+    # The CRD is back: a new one like it is refused again, the stored one stays.
+    def refused_again() -> bool:
+        try:
+            nursery.objects().create_namespaced_custom_object(
+                GROUP, VERSION, nursery.namespace, "interlocks", {**old, "metadata": {"name": "again"}}, dry_run="All")
+        except kubernetes.client.ApiException as err:
+            return err.status == 422 and REFUSED in str(json.loads(err.body)["message"])
+        return False
+
+    wait_for(refused_again, "the CRD's rules back in force", timeout_s=30)
+
+    def selector_condition() -> dict[str, Any] | None:
+        status = nursery.objects().get_namespaced_custom_object(
+            GROUP, VERSION, nursery.namespace, "interlocks", "nursery-by-location").get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c.get("type") == "SelectorAccepted"), None)
+
+    condition = wait_for(lambda: (c := selector_condition()) is not None and c.get("status") == "False" and c,
+                         "the stored Interlock's SelectorAccepted=False", timeout_s=30)
+    assert condition["reason"] == "DerivedLabel" and LOCATION_LABEL in condition["message"], condition
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with stdio_client(nursery.kubeconfig) as agent:
+            calls = [("iot.set_location", {"device_id": HEATER, "location": "Garage"}),
+                     ("iot.control", {"device_id": HEATER, "actuator": "target_temp", "action": "set_value",
+                                      "params": {"value": 30}, "reason": "warm it", "request_id": "warm-3"}),
+                     ("iot.control", {"device_id": HEATER, "actuator": "target_temp", "action": "set_value",
+                                      "params": {"value": 21}, "reason": "mild", "request_id": "mild-3"})]
+            return [(await agent.call_tool(tool, args)).structured_content for tool, args in calls]
+
+    moved, too_warm, mild = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert moved["code"] == "EXECUTED", moved
+    wait_for(lambda: nursery.location_label() == "garage", "the location label garage")
+    assert too_warm["code"] == "DENY_INTERLOCK", too_warm
+    assert "nursery-by-location" in too_warm["message"] and LOCATION_LABEL in too_warm["message"], too_warm
+    assert mild["code"] == "EXECUTED", mild  # not a guarded value: the rest of the heater's range still works
+    assert 30 not in nursery.setpoints() and nursery.setpoints()[-1] == 21, nursery.setpoints()
