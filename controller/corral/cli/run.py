@@ -28,6 +28,7 @@ from corral.decide.decision import Policy
 from corral.decide.ratelimit import RateLimit
 from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
+from corral.history.model import Retention as HistoryRetention
 from corral.notify.payloads import NotifySettings, check_url
 from corral.notify.sender import load_config as load_notify_config
 from corral.reconcile.config import ControllerConfig
@@ -37,6 +38,9 @@ from corral.scale.settings import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERI
 from corral.serving.frontproxy import FRONT_PROXY_CLIENT, GROUP_HEADERS, USERNAME_HEADERS, FrontProxy
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A StatefulSet pod's ordinal, which names its history file; what else an --identity may hold is no file name.
+ORDINAL = re.compile(r"-(\d+)$")
+FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 # Where kube-apiserver publishes how it authenticates to aggregated API servers (namespace, name).
 AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 
@@ -158,6 +162,15 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 @click.option("--audit-max-total-bytes", type=click.IntRange(min=0), default=MAX_TOTAL_BYTES,
               show_default=True, help="The oldest closed files are deleted (on record) while the log is larger; 0: no "
                                       "limit.")
+# The history of samples (reconcile/history.py): opt-in, a file per replica on a volume of its own.
+@click.option("--history-dir", envvar="CORRAL_HISTORY_DIR", type=click.Path(file_okay=False),
+              help="Keep every telemetry sample in an SQLite file here, history-<ordinal or --identity>.sqlite3 (one per "
+                   "replica), served at .../devices/NAME/history; without it, only the last minutes are kept, in memory.")
+@click.option("--history-raw-days", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Days raw samples are kept; 5-minute rollups are kept 90 days and hourly ones 2 years.")
+@click.option("--history-max-bytes", type=click.IntRange(min=1 << 20), metavar="BYTES",
+              help="The most the history file may take; beyond it the oldest is dropped (raw samples first, then "
+                   "5-minute, then hourly rollups). Default: no bound but retention.")
 @click.option("--serve-port", type=click.IntRange(min=0, max=65535), default=8443, show_default=True,
               help="HTTPS port of the audit log's reader (Kubernetes tokens, the `audit` verb); 0 turns it off.")
 @click.option("--serve-cert", type=click.Path(dir_okay=False, exists=True),
@@ -249,6 +262,9 @@ def run(
     audit_max_bytes: int,
     audit_retention_days: float,
     audit_max_total_bytes: int,
+    history_dir: str | None,
+    history_raw_days: float,
+    history_max_bytes: int | None,
     serve_port: int,
     serve_cert: str | None,
     serve_key: str | None,
@@ -323,6 +339,9 @@ def run(
         audit_max_bytes=audit_max_bytes,
         audit_retention=Retention(audit_retention_days * 86400.0, audit_max_total_bytes or None),
         idempotency_window_s=idempotency_window,
+        history_dir=history_dir,
+        history_name=_history_name(os.environ.get("POD_NAME"), identity),
+        history_retention=HistoryRetention(raw_days=history_raw_days, max_bytes=history_max_bytes),
         serve_port=serve_port,
         serve_host=listen_host,
         serve_cert_file=serve_cert,
@@ -370,6 +389,18 @@ def _scale(leader_elect: bool, identity: str | None, namespace: str, prefix: str
                              retry_period_s=retry_period, enabled=leader_elect)
     except ValueError as err:
         raise click.UsageError(f"--lease-duration, --renew-deadline, --retry-period, --shards: {err}") from None
+
+
+def _history_name(pod_name: str | None, identity: str | None) -> str:
+    """The replica's part of the file name: its StatefulSet ordinal (stable across restarts and rollouts, as its
+    volume is), else the `--identity` given, else "controller". Never the default identity, whose random suffix
+    would start a new file at each restart."""
+    ordinal = ORDINAL.search(pod_name or "")
+    if ordinal:
+        return ordinal[1]
+    if identity and identity.strip():
+        return FILE_UNSAFE.sub("_", identity.strip())[:100]
+    return "controller"
 
 
 def _bridge_namespaces(given: tuple[str, ...]) -> tuple[str, ...]:

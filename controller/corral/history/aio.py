@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -67,6 +67,12 @@ class AsyncHistory:
     async def declare(self, key: SeriesKey, *, unit: str | None = None, step: bool = False) -> SeriesInfo:
         store = self.store
         return await self._write(lambda: store.declare(key, unit=unit, step=step))
+
+    async def declare_all(self, shapes: Mapping[SeriesKey, tuple[str | None, bool]]) -> None:
+        """declare() for many series (key -> (unit, step)) in one trip to the writer thread: a fleet's first
+        samples after a start name every series once, and one hop each would be thousands."""
+        batch, store = dict(shapes), self.store
+        await self._write(lambda: [store.declare(key, unit=unit, step=step) for key, (unit, step) in batch.items()])
 
     async def append(self, samples: Iterable[HistorySample]) -> int:
         batch, store = list(samples), self.store

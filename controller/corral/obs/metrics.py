@@ -40,6 +40,10 @@ BROKER_REFUSALS = Counter("corral_broker_refusals_total",
                           "PUBLISH packets the broker refused by its ACLs, by the client that sent them.", ["client"])
 EVENTS_SKIPPED = Counter("corral_events_skipped_total",
                          "Events not posted: their object had too many lately (the kubelet's spam filter).")
+# The history store (reconcile/history.py): a failed write loses its batch of samples (write), a failed
+# declaration leaves a series without its unit until the next sample (declare), a failed retention pass (prune).
+HISTORY_FAILURES = Counter("corral_history_failures_total", "History store operations that failed, by what.",
+                           ["what"])
 MQTT_RECONNECTS = Counter("corral_mqtt_reconnects_total", "Times the controller's MQTT link came back after a loss.")
 TOOL_CALLS = Counter("corral_mcp_tool_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"])
 SHARDS_HELD = Gauge("corral_shards_held", "Shards this controller replica holds (within its renew deadline).")

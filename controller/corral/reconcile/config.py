@@ -9,6 +9,7 @@ from corral.audit.signer import Retention
 from corral.contract.trust import RiskFloors
 from corral.devices.limits import DEFAULT_BURST, DEFAULT_RATE
 from corral.devices.telemetry import Coalescing
+from corral.history.model import Retention as HistoryRetention
 from corral.notify.payloads import NotifySettings
 from corral.scale.settings import ScaleSettings
 from corral.serving.frontproxy import FrontProxy
@@ -100,3 +101,13 @@ class ControllerConfig:
     # Leader election and sharding (`--leader-elect`, docs/scale.md): not enabled, the controller stands alone and
     # owns every device; enabled, it acts only for the devices of the shards whose Leases it holds.
     scale: ScaleSettings = field(default_factory=lambda: ScaleSettings(identity="standalone"))
+    # The history of samples (corral.history): off without a directory. Each replica writes its own file there,
+    # history-<history_name>.sqlite3 (the StatefulSet ordinal, else --identity), for the devices of its shards.
+    history_dir: str | None = None
+    history_name: str = "controller"
+    history_retention: HistoryRetention = field(default_factory=HistoryRetention)
+    # Staged samples are written in one batch this often: what a crash may lose, and how late a query sees a
+    # sample (the ring buffers hold the last minutes anyway). Longer batches write fewer bytes a sample
+    # (history/aio.py): at fleet size on flash, a minute.
+    history_flush_s: float = 5.0
+    history_prune_s: float = 3600.0

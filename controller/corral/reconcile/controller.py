@@ -46,8 +46,9 @@ from corral.kube.objects import Kube
 from corral.kube.workqueue import WorkQueue, run_workers
 from corral.notify.sender import Notifier
 from corral.reconcile.config import ControllerConfig
-from corral.reconcile.devices.cache import DeviceCache
+from corral.reconcile.devices.cache import DeviceCache, key_of_device
 from corral.reconcile.devices.capabilities import Capabilities
+from corral.reconcile.devices.ingest import Ingest
 from corral.reconcile.devices.listening import Listening
 from corral.reconcile.devices.notices import DeviceNotices
 from corral.reconcile.devices.port import FleetPort
@@ -60,6 +61,7 @@ from corral.reconcile.doors import Doors
 from corral.reconcile.guards.interlocks import Interlocks
 from corral.reconcile.guards.leases import Leases
 from corral.reconcile.guards.pauses import AgentPauses
+from corral.reconcile.history import HistoryFeed, history_file
 from corral.reconcile.intents.settings import IntentSettings
 from corral.reconcile.intents.wiring import IntentController
 from corral.reconcile.mqttside import MqttSide
@@ -128,9 +130,9 @@ class Controller:
                                         on_awaiting=self.notifier.waiting if self.notifier is not None else None,
                                         leases=self.leases, pauses=self.pauses, names=self.names)
         # The doors of status writes: only a device's owner writes its Device's and its Intents' status.
-        self.device_reconciler.writer.doors = self.doors
-        self.intents.outcomes.doors = self.doors
-        self.server = _read_server(config, kube, self.access, port)
+        self.device_reconciler.writer.doors = self.intents.outcomes.doors = self.doors
+        self.history = _history(config, self.devices, self.mqtt.ingest)  # samples over time, with --history-dir
+        self.server = _read_server(config, kube, self.access, port, self.history)
         self._workers: list[asyncio.Task[None]] = []
         self.shards = ShardWork(self.doors, self.devices, self.fleet, self.queue, self.device_reconciler,
                                 self.intents, port, self.mqtt, self.capabilities, config.command_timeout_s)
@@ -181,6 +183,8 @@ class Controller:
         log.info("audit log %s continues at seq %d; %d recent decision(s) and %d Intent name(s) of the idempotency "
                  "window read back", self.audit.directory, self.audit.chain.seq, len(self.recorded), len(self.names))
         await self._prime()
+        if self.history is not None:
+            await self.history.open()
         self.checkpoints.start()
         if self.server is not None:
             await self.server.start()
@@ -262,6 +266,8 @@ class Controller:
         await self.leases.stop()
         await self.rules.stop()
         await self.mqtt.stop()
+        if self.history is not None:
+            await self.history.close()  # after the intake: what it staged last is written
         await self.checkpoints.stop()  # the final one: after everything that could still write a record
         self.audit.close()
 
@@ -299,7 +305,23 @@ def _audit(config: ControllerConfig, kube: Kube) -> tuple[AuditLog, CheckpointSi
         config.audit_max_file_age_s, retention), kube.api, CONTROLLER_MANAGER)
 
 
-def _read_server(config: ControllerConfig, kube: Kube, access: AccessReviews, port: FleetPort) -> ReadServer | None:
+def _history(config: ControllerConfig, devices: DeviceCache, ingest: Ingest) -> HistoryFeed | None:
+    """The store of samples over time: ingest stages each sample it accepts, the readings server answers."""
+    if config.history_dir is None:
+        return None
+
+    def owner(device_id: str) -> tuple[str, str] | None:
+        claims = devices.claims(device_id)
+        return key_of_device(claims[0]) if claims else None  # the oldest claim is the Device bound to it
+
+    feed = HistoryFeed(history_file(config.history_dir, config.history_name), config.history_retention, owner,
+                       config.history_flush_s, config.history_prune_s)
+    ingest.history = feed.record
+    return feed
+
+
+def _read_server(config: ControllerConfig, kube: Kube, access: AccessReviews, port: FleetPort,
+                 history: HistoryFeed | None = None) -> ReadServer | None:
     """The HTTPS server of audit records and readings, when a port is configured. It reads the devices through
     `port`, handed in here: serving/ imports nothing of reconcile/."""
     if not config.serve_port:
@@ -309,7 +331,7 @@ def _read_server(config: ControllerConfig, kube: Kube, access: AccessReviews, po
         made = ensure_serving_certificate(Path(config.audit_key_file).parent)
         cert, key_pem = str(made.cert_file), str(made.key_file)
     return ReadServer(Reviews(kube.api, access), Path(config.audit_dir), config.serve_port, cert, key_pem,
-                      host=config.serve_host, source=port, front_proxy=config.front_proxy)
+                      host=config.serve_host, source=port, front_proxy=config.front_proxy, history=history)
 
 
 async def _listed(start: Callable[[], None], synced: asyncio.Event, what: str, hint: str) -> None:

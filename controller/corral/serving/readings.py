@@ -7,6 +7,8 @@
         The samples of one Device received in the last `window_s` seconds (default 60, at most the buffer's
         reach), per metric, oldest first; `window_s=0` gives only the newest sample of each metric. Needs the
         `listen` verb on corral.dev devices/NAME in NS, as the device's live updates do.
+    GET .../namespaces/NS/devices/NAME/history?metric=&start=&end=&period=&stats=&limit=&offset=
+        Samples over days and months, from the history store (serving.history); `listen` as well.
 
 The same paths answer direct callers (bearer token, TokenReview) and callers through the kube aggregator
 (`kubectl get --raw /apis/readings.corral.dev/...`, front-proxy client certificate). Each sample carries the
@@ -63,7 +65,10 @@ def group() -> dict[str, Any]:
 def discovery() -> dict[str, Any]:
     return {
         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{VERSION}",
+        # A subresource of its own, so RBAC can grant reading the recent samples without the history, or both.
         "resources": [{"name": "devices", "singularName": "device", "namespaced": True, "kind": "DeviceReadings",
+                       "verbs": ["get"]},
+                      {"name": "devices/history", "singularName": "", "namespaced": True, "kind": "DeviceHistory",
                        "verbs": ["get"]}],
     }
 

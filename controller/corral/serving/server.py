@@ -9,6 +9,8 @@
         The newest checkpoint signed so far (the AuditCheckpoint object is the one to trust).
     GET /apis/readings.corral.dev/v1alpha1/namespaces/NS/devices/NAME
         Timestamped samples (see `readings`); needs `listen` on that Device.
+    GET /apis/readings.corral.dev/v1alpha1/namespaces/NS/devices/NAME/history
+        Samples over time from the history store (see `history`), with `--history-dir`; needs `listen` too.
 
 `audit` is a verb of Corral's own on its `devices` resource (Kubernetes lets RBAC name any verb): a
 ClusterRole with it lets a person read the whole log; a Role lets them read what concerns their
@@ -30,6 +32,7 @@ from corral.audit.chain import AuditRecord
 from corral.audit.log import log_files, read_records
 from corral.audit.signer import last_checkpoint
 from corral.kube.client import ApiError
+from corral.serving import history as histories
 from corral.serving import readings
 from corral.serving.auth import Caller, Reviews, Unauthenticated
 from corral.serving.frontproxy import FrontProxy, caller_of
@@ -55,10 +58,11 @@ def _problem(status: int, message: str) -> web.Response:
 class ReadServer:
     def __init__(self, reviews: Reviews, audit_dir: Path, port: int, cert_file: str, key_file: str,
                  host: str = "127.0.0.1", source: readings.ReadingsSource | None = None,
-                 front_proxy: FrontProxy | None = None) -> None:
+                 front_proxy: FrontProxy | None = None, history: histories.HistorySource | None = None) -> None:
         """front_proxy: the aggregation layer's requestheader CA and names; without it, a request that names
-        its caller in X-Remote-* headers is refused."""
+        its caller in X-Remote-* headers is refused. history: the store of samples over time, if one is kept."""
         self.reviews = reviews
+        self.history = history
         self.audit_dir = audit_dir
         self.source = source
         self.port, self.host = port, host
@@ -83,6 +87,7 @@ class ReadServer:
             app.router.add_get(readings.PREFIX, self.readings_discovery)
             app.router.add_get("/openapi/v2", self.readings_openapi)
             app.router.add_get(readings.PREFIX + "/namespaces/{namespace}/devices/{name}", self.device_readings)
+            app.router.add_get(readings.PREFIX + "/namespaces/{namespace}/devices/{name}/history", self.device_history)
         return app
 
     async def start(self) -> None:
@@ -201,6 +206,30 @@ class ReadServer:
         document = readings.readings(self.source, namespace, name, metrics, window_s)
         if document is None:
             return _problem(404, f"no Device {name} in namespace {namespace}")
+        return web.json_response(document)
+
+    async def device_history(self, request: web.Request) -> web.StreamResponse:
+        assert self.source is not None
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        # As for the readings: refused alike whether or not the Device exists, before anything else is looked at.
+        denied = await self._refusal(request, readings.LISTEN_VERB, namespace, name,
+                                     f"read the history of device {namespace}/{name}: it needs the verb "
+                                     f"'{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+        if denied is not None:
+            return denied
+        if self.history is None:
+            return _problem(404, "this controller keeps no history of samples (corral run --history-dir)")
+        try:
+            asked = histories.parse(request.query)
+        except readings.BadQuery as err:
+            return _problem(400, str(err))
+        view = self.source.view(namespace, name)
+        if view is None:
+            return _problem(404, f"no Device {name} in namespace {namespace}")
+        try:
+            document = await histories.history(self.history, namespace, name, view, asked)
+        except readings.BadQuery as err:
+            return _problem(400, str(err))
         return web.json_response(document)
 
     async def checkpoint(self, request: web.Request) -> web.StreamResponse:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from corral.api.capability import capability_name
 from corral.contract.diff import contract_diff
+from corral.contract.model import Contract
 from corral.contract.signature import verify
 from corral.devices import messages
 from corral.devices.limits import BurstReport, DeviceLimits
@@ -74,6 +75,9 @@ class Ingest:
         self.limits = limits if limits is not None else DeviceLimits()
         self._tick: asyncio.TimerHandle | None = None
         self._probes: dict[str, asyncio.Task[None]] = {}  # device id -> the get_state that checks a log line
+        # Every telemetry message's samples, handed on (the controller's history, `--history-dir`): called on the
+        # loop, so it must not block.
+        self.history: Callable[[str, Contract | None, Sequence[messages.Sample], float], None] | None = None
 
     def on_message(self, message: Inbound) -> None:
         parsed = self.topics.parse(message.topic)
@@ -310,6 +314,8 @@ class Ingest:
         received_ms = time.time() * 1000
         for sample in telemetry.samples:
             rt.buffer.add(sample, received_ms)
+        if self.history is not None:
+            self.history(rt.device_id, rt.contract, telemetry.samples, received_ms)
         sensors = {s.metric: s for s in rt.contract.sensors} if rt.contract else {}
         if sensors_due(rt.memory, rt.buffer.latest, sensors, self.coalescing, time.monotonic()):
             self.queue.add(rt.device_id)
