@@ -16,17 +16,15 @@ from corral.decide.decision import (
     PIPELINE,
     RECHECKED,
     DeviceFacts,
-    Evidence,
     Guards,
     IntentFacts,
     InterlockVerdict,
     Lease,
-    Observation,
     Policy,
-    Received,
     decide,
     recheck,
 )
+from corral.decide.evidence import Evidence, Observation, Received
 from corral.decide.idempotency import compare, params_hash
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

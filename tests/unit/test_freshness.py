@@ -15,7 +15,8 @@ from corral.contract.diff import wording_changes
 from corral.contract.freshness import FreshnessRule
 from corral.contract.model import Contract
 from corral.contract.trust import judge, widenings
-from corral.decide.decision import DeviceFacts, Evidence, IntentFacts, Observation, Policy, Received, decide
+from corral.decide.decision import DeviceFacts, IntentFacts, Policy, decide
+from corral.decide.evidence import Evidence, Observation, Received
 from corral.gateway import fresh
 from corral.gateway.visible import VisibleDevice
 from corral_fw.device import DEFAULT_TELEMETRY_MS

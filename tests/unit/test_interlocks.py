@@ -12,7 +12,8 @@ import pytest
 from corral.api.device import Device, GuardingInterlock, InterlockedTarget
 from corral.api.interlock import Interlock
 from corral.contract.model import Contract
-from corral.decide.decision import DeviceFacts, Guards, IntentFacts, InterlockVerdict, Received, decide, recheck
+from corral.decide.decision import DeviceFacts, Guards, IntentFacts, InterlockVerdict, decide, recheck
+from corral.decide.evidence import Received
 from corral.decide.interlocks import (
     Compiled,
     Rule,

@@ -8,7 +8,7 @@ from typing import Any
 
 from corral.api.rule import ACCEPTED_ANNOTATION, Rule, RuleSpec
 from corral.decide.approvals import People
-from corral.decide.decision import Received
+from corral.decide.evidence import Received
 from corral.decide.rules import InputFacts, Memory, accepted, agent_written, compile_condition, judge
 
 NOW = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)

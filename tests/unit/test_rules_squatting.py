@@ -23,7 +23,7 @@ from corral.api.rule import RULE_LABEL, Rule, RuleStatus
 from corral.audit.log import AuditLog
 from corral.contract.model import Contract
 from corral.decide.approvals import People
-from corral.decide.decision import Received
+from corral.decide.evidence import Received
 from corral.decide.rules import InputFacts
 from corral.kube.access import AccessReviews
 from corral.kube.client import ApiError

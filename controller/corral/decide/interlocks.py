@@ -40,7 +40,8 @@ from cel_expr_python.ext.ext_strings import ExtStrings
 
 from corral.api.labels import refusal
 from corral.contract.values import same_value
-from corral.decide.decision import InterlockVerdict, Received
+from corral.decide.decision import InterlockVerdict
+from corral.decide.evidence import Received
 from corral.decide.selectors import Selector
 
 # An evaluation that takes longer than this is not trusted to have been meant: it forbids.

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from corral.api.durations import seconds_of
 from corral.api.rule import ACCEPTED_ANNOTATION, PREVIOUS_SPEC_ANNOTATION, Rule, RuleRevision, RuleSpec
 from corral.decide.approvals import People
-from corral.decide.decision import Received
+from corral.decide.evidence import Received
 from corral.decide.interlocks import Compiled, compile_rule, evaluate, recent_readings
 from corral.decide.interlocks import Rule as Condition
 from corral.decide.revisions import previous_spec, restoring, spec_hash

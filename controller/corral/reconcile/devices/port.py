@@ -17,7 +17,7 @@ from opentelemetry.context import Context
 
 from corral.api.device import Device
 from corral.contract.model import Contract
-from corral.decide.decision import Evidence, Received
+from corral.decide.evidence import Evidence, Received
 from corral.devices.commands import CommandTimeout
 from corral.devices.telemetry import MetricRing, Reading
 from corral.kube.cache import key_of

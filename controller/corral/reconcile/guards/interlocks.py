@@ -25,7 +25,8 @@ from corral.api.codes import GROUP, VERSION
 from corral.api.device import Device
 from corral.api.interlock import Interlock, InterlockStatus, LabelSelector
 from corral.api.labels import READ_STORED
-from corral.decide.decision import InterlockVerdict, Received
+from corral.decide.decision import InterlockVerdict
+from corral.decide.evidence import Received
 from corral.decide.interlocks import (
     Compiled,
     Rule,

@@ -20,7 +20,8 @@ from corral.api.codes import API_VERSION, CANCEL_ANNOTATION
 from corral.api.durations import seconds_of
 from corral.api.intent import Intent, IntentSpec, IntentStatus, Params
 from corral.contract.values import InvalidValue, check
-from corral.decide.decision import DeviceFacts, IntentFacts, Observation
+from corral.decide.decision import DeviceFacts, IntentFacts
+from corral.decide.evidence import Observation
 from corral.kube.events import ObjectRef
 from corral.kube.typed import Body
 from corral.reconcile.devices.port import DeviceView

@@ -18,7 +18,6 @@ from corral.decide.approvals import ApprovalView
 from corral.decide.decision import (
     Decision,
     DeviceFacts,
-    Evidence,
     Guards,
     IntentFacts,
     Policy,
@@ -26,6 +25,7 @@ from corral.decide.decision import (
     decide,
 )
 from corral.decide.decision import recheck as judge_again
+from corral.decide.evidence import Evidence
 from corral.decide.grants import GrantView
 from corral.decide.idempotency import params_hash
 from corral.decide.ratelimit import Limited

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from corral.api.rule import Rule
-from corral.decide.decision import Received
+from corral.decide.evidence import Received
 from corral.decide.rules import InputFacts
 from corral.devices import messages
 from corral.kube.cache import Key
