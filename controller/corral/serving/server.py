@@ -190,13 +190,18 @@ class ReadServer:
     async def readings_openapi(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(readings.openapi_v2())
 
+    async def _may_listen(self, request: web.Request, namespace: str, name: str, what: str
+                          ) -> web.StreamResponse | None:
+        """The refusal of a caller without `listen` on the Device, or None. Checked before anything else is looked
+        at, and the same whether or not the Device exists: a refusal must not confirm that it does."""
+        return await self._refusal(request, readings.LISTEN_VERB, namespace, name,
+                                   f"read {what} of device {namespace}/{name}: it needs the verb "
+                                   f"'{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+
     async def device_readings(self, request: web.Request) -> web.StreamResponse:
         assert self.source is not None
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        # The same answer whether or not the Device exists: a refusal must not confirm that it does.
-        denied = await self._refusal(request, readings.LISTEN_VERB, namespace, name,
-                                     f"read the samples of device {namespace}/{name}: it needs the verb "
-                                     f"'{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+        denied = await self._may_listen(request, namespace, name, "the samples")
         if denied is not None:
             return denied
         try:
@@ -211,10 +216,7 @@ class ReadServer:
     async def device_history(self, request: web.Request) -> web.StreamResponse:
         assert self.source is not None
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        # As for the readings: refused alike whether or not the Device exists, before anything else is looked at.
-        denied = await self._refusal(request, readings.LISTEN_VERB, namespace, name,
-                                     f"read the history of device {namespace}/{name}: it needs the verb "
-                                     f"'{readings.LISTEN_VERB}' on devices.corral.dev {name} in {namespace}")
+        denied = await self._may_listen(request, namespace, name, "the history")
         if denied is not None:
             return denied
         if self.history is None:
